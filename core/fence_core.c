@@ -1,0 +1,214 @@
+/*
+ * fence_core.c
+ *
+ * The accept rule, input validation and every message text of fence, shared
+ * by both engines. Kept free of any engine header so that it builds and runs
+ * under AddressSanitizer, UBSan and libFuzzer on its own (tests/fuzz).
+ * Messages begin with the fixed words of SPEC.md ("stale fencing token",
+ * "fencing token required", "invalid fencing") because clients match on them.
+ */
+#include "fence_core.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Longest part of a resource shown in a message before "...". */
+#define SHOWN_RESOURCE_MAX 200
+
+FenceVerdict
+fence_decide(int has_highest, int64_t highest, int64_t token)
+{
+	if (!has_highest)
+		return FENCE_ACCEPT_FIRST;
+	if (token > highest)
+		return FENCE_ACCEPT_ADVANCE;
+	if (token == highest)
+		return FENCE_ACCEPT_EQUAL;
+	return FENCE_REJECT_STALE;
+}
+
+FenceProblem
+fence_check_resource(const char *resource, size_t len)
+{
+	if (resource == NULL)
+		return FENCE_NULL;
+	if (len == 0)
+		return FENCE_EMPTY;
+	if (len > FENCE_RESOURCE_MAX)
+		return FENCE_TOO_LONG;
+	return FENCE_VALID;
+}
+
+FenceProblem
+fence_check_token(int64_t token)
+{
+	return token < 0 ? FENCE_NEGATIVE : FENCE_VALID;
+}
+
+/*
+ * Write the resource, quoted and made printable, into out (which has room
+ * for SHOWN_RESOURCE_MAX + 6 bytes).
+ */
+static const char *
+shown_resource(char *out, const char *res, size_t len)
+{
+	size_t		n = len > SHOWN_RESOURCE_MAX ? SHOWN_RESOURCE_MAX : len;
+	size_t		i;
+	char	   *p = out;
+
+	*p++ = '"';
+	for (i = 0; i < n; i++)
+	{
+		unsigned char c = (unsigned char) res[i];
+
+		*p++ = (c < 0x20 || c == 0x7f) ? '?' : (char) c;
+	}
+	if (n < len)
+	{
+		memcpy(p, "...", 3);
+		p += 3;
+	}
+	*p++ = '"';
+	*p = '\0';
+	return out;
+}
+
+#define SHOWN_BUF (SHOWN_RESOURCE_MAX + 8)
+
+char *
+fence_msg_stale(char *buf, const char *res, size_t len, int64_t token)
+{
+	char		shown[SHOWN_BUF];
+
+	snprintf(buf, FENCE_MSG_MAX, "stale fencing token %" PRId64 " for resource %s",
+			 token, shown_resource(shown, res, len));
+	return buf;
+}
+
+char *
+fence_detail_stale(char *buf, const char *res, size_t len, int64_t highest)
+{
+	char		shown[SHOWN_BUF];
+
+	snprintf(buf, FENCE_MSG_MAX,
+			 "The highest token accepted for resource %s is %" PRId64 ".",
+			 shown_resource(shown, res, len), highest);
+	return buf;
+}
+
+const char *
+fence_hint_stale(void)
+{
+	return "This holder lost the lock: acquire it again for a new token; "
+		"retrying with the same token fails again.";
+}
+
+char *
+fence_msg_missing(char *buf, const char *res, size_t len)
+{
+	char		shown[SHOWN_BUF];
+
+	snprintf(buf, FENCE_MSG_MAX, "fencing token required for resource %s",
+			 shown_resource(shown, res, len));
+	return buf;
+}
+
+char *
+fence_detail_missing(char *buf, FenceMissing why, const char *res, size_t len,
+					 const char *column)
+{
+	char		shown[SHOWN_BUF];
+
+	if (why == FENCE_MISSING_NULL_TOKEN)
+	{
+		if (column)
+			snprintf(buf, FENCE_MSG_MAX, "The token column \"%.100s\" of the row is NULL.",
+					 column);
+		else
+			snprintf(buf, FENCE_MSG_MAX, "The token column of the row is NULL.");
+	}
+	else
+		snprintf(buf, FENCE_MSG_MAX,
+				 "This transaction has not accepted a fencing token for resource %s.",
+				 shown_resource(shown, res, len));
+	return buf;
+}
+
+const char *
+fence_hint_missing(FenceMissing why)
+{
+	if (why == FENCE_MISSING_NULL_TOKEN)
+		return "Write the token the lock service granted into the token column.";
+	return "Call fence_check(resource, token) earlier in the same transaction, "
+		"or set the table's token column in this statement.";
+}
+
+/* SQLite's one-line form: errmsg (errdetail errhint). */
+static char *
+join_line(char *buf, const char *msg, const char *detail, const char *hint)
+{
+	snprintf(buf, FENCE_MSG_MAX, "%s (%s %s)", msg, detail, hint);
+	return buf;
+}
+
+char *
+fence_line_stale(char *buf, const char *res, size_t len, int64_t token,
+				 int64_t highest)
+{
+	char		msg[FENCE_MSG_MAX];
+	char		detail[FENCE_MSG_MAX];
+
+	return join_line(buf, fence_msg_stale(msg, res, len, token),
+					 fence_detail_stale(detail, res, len, highest),
+					 fence_hint_stale());
+}
+
+char *
+fence_line_missing(char *buf, FenceMissing why, const char *res, size_t len,
+				   const char *column)
+{
+	char		msg[FENCE_MSG_MAX];
+	char		detail[FENCE_MSG_MAX];
+
+	return join_line(buf, fence_msg_missing(msg, res, len),
+					 fence_detail_missing(detail, why, res, len, column),
+					 fence_hint_missing(why));
+}
+
+char *
+fence_msg_invalid(char *buf, const char *what, FenceProblem problem,
+				  size_t len, int64_t token)
+{
+	switch (problem)
+	{
+		case FENCE_NULL:
+			snprintf(buf, FENCE_MSG_MAX, "invalid fencing %s: NULL", what);
+			break;
+		case FENCE_EMPTY:
+			snprintf(buf, FENCE_MSG_MAX, "invalid fencing %s: empty string", what);
+			break;
+		case FENCE_TOO_LONG:
+			snprintf(buf, FENCE_MSG_MAX,
+					 "invalid fencing %s: %zu bytes, at most %d allowed",
+					 what, len, FENCE_RESOURCE_MAX);
+			break;
+		case FENCE_NOT_TEXT:
+			snprintf(buf, FENCE_MSG_MAX, "invalid fencing %s: not TEXT", what);
+			break;
+		case FENCE_NEGATIVE:
+			snprintf(buf, FENCE_MSG_MAX,
+					 "invalid fencing %s: %" PRId64 " is negative", what, token);
+			break;
+		case FENCE_NOT_INTEGER:
+			snprintf(buf, FENCE_MSG_MAX,
+					 "invalid fencing %s: not an INTEGER (text, real and blob values are never coerced)",
+					 what);
+			break;
+		case FENCE_VALID:
+		default:
+			snprintf(buf, FENCE_MSG_MAX, "invalid fencing %s", what);
+			break;
+	}
+	return buf;
+}

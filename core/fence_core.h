@@ -1,0 +1,95 @@
+/*
+ * fence_core.h
+ *
+ * The engine-neutral rules of fence: what a valid resource and token are,
+ * when a token is accepted, and the wording of every message. Both the SQLite
+ * extension (sqlite_ext/) and the PostgreSQL extension (pg_ext/) compile
+ * core/fence_core.c, so the two engines judge and speak alike. Nothing here
+ * knows about either engine: plain C, testable on its own under ASan.
+ */
+#ifndef FENCE_CORE_H
+#define FENCE_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A resource is non-empty text of at most this many bytes. */
+#define FENCE_RESOURCE_MAX 1024
+
+/* Room for any message the core formats (resources are shown shortened). */
+#define FENCE_MSG_MAX 512
+
+/* The outcome of presenting a token against a resource's highest. */
+typedef enum FenceVerdict
+{
+	FENCE_ACCEPT_FIRST,			/* no highest yet: the token becomes it */
+	FENCE_ACCEPT_EQUAL,			/* token == highest: nothing to write */
+	FENCE_ACCEPT_ADVANCE,		/* token > highest: the highest rises */
+	FENCE_REJECT_STALE			/* token < highest */
+} FenceVerdict;
+
+/* Why an input is invalid; FENCE_VALID when it is not. */
+typedef enum FenceProblem
+{
+	FENCE_VALID = 0,
+	FENCE_NULL,					/* SQL NULL */
+	FENCE_EMPTY,				/* resource of zero bytes */
+	FENCE_TOO_LONG,				/* resource over FENCE_RESOURCE_MAX bytes */
+	FENCE_NOT_TEXT,				/* resource of another type (SQLite) */
+	FENCE_NEGATIVE,				/* token below zero */
+	FENCE_NOT_INTEGER			/* token of another type (SQLite) */
+} FenceProblem;
+
+static inline int
+fence_verdict_accepts(FenceVerdict v)
+{
+	return v != FENCE_REJECT_STALE;
+}
+
+/* The accept rule: accept when there is no highest or token >= highest. */
+FenceVerdict fence_decide(int has_highest, int64_t highest, int64_t token);
+
+/* Validation of already-typed values (types are the engine's business). */
+FenceProblem fence_check_resource(const char *resource, size_t len);
+FenceProblem fence_check_token(int64_t token);
+
+/*
+ * Messages. Each writes a NUL-terminated string of at most FENCE_MSG_MAX
+ * bytes into buf and returns buf. A resource is passed with its length; it
+ * is shown between double quotes, control bytes as '?', and shortened with
+ * "..." past 200 bytes so that one message stays readable.
+ *
+ * PostgreSQL uses the three parts separately (errmsg, errdetail, errhint);
+ * SQLite has one message and uses the *_line forms, which join them.
+ */
+
+/* stale: errmsg, errdetail, errhint */
+char	   *fence_msg_stale(char *buf, const char *res, size_t len, int64_t token);
+char	   *fence_detail_stale(char *buf, const char *res, size_t len, int64_t highest);
+const char *fence_hint_stale(void);
+char	   *fence_line_stale(char *buf, const char *res, size_t len,
+							 int64_t token, int64_t highest);
+
+/* missing token: the row's token is NULL, or the transaction holds no fence */
+typedef enum FenceMissing
+{
+	FENCE_MISSING_NULL_TOKEN,	/* a row's token column is NULL */
+	FENCE_MISSING_NOT_FENCED	/* UPDATE/DELETE/token-less write, no fence */
+} FenceMissing;
+
+char	   *fence_msg_missing(char *buf, const char *res, size_t len);
+char	   *fence_detail_missing(char *buf, FenceMissing why, const char *res,
+								 size_t len, const char *column);
+const char *fence_hint_missing(FenceMissing why);
+char	   *fence_line_missing(char *buf, FenceMissing why, const char *res,
+							   size_t len, const char *column);
+
+/*
+ * invalid input: what is the part that is wrong ("resource", "token",
+ * "key"), problem says how; len is the resource length for FENCE_TOO_LONG,
+ * token the value for FENCE_NEGATIVE.
+ */
+char	   *fence_msg_invalid(char *buf, const char *what, FenceProblem problem,
+							  size_t len, int64_t token);
+
+#endif							/* FENCE_CORE_H */

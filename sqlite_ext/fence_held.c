@@ -1,0 +1,579 @@
+/*
+ * fence_held.c
+ *
+ * The fences the open transaction holds ("fenced on r at t", SPEC.md
+ * Transaction scope), and the eponymous virtual table fence_held that ties
+ * them to SQLite's own transaction and savepoint machinery.
+ *
+ * Why a virtual table: SQLite tells an extension when a transaction ends only
+ * through sqlite3_commit_hook/sqlite3_rollback_hook, which hold one callback
+ * each (installing ours would take the application's away), and the commit
+ * hook does not fire for a transaction that wrote nothing. A virtual table
+ * that has joined a transaction, by contrast, gets xCommit or xRollback when
+ * it ends, read-only or not, and xSavepoint/xRelease/xRollbackTo for every
+ * savepoint, including the statement savepoint that undoes a failed
+ * statement. So the first accept of a transaction enlists the table by
+ * running "DELETE FROM fence_txn WHERE 0" (fence_txn is a second name for
+ * fence_held: see heldDisconnect for why there are two; the statement also
+ * opens the write transaction on main), and from then on SQLite drives the
+ * state:
+ *   xSavepoint(k)  remembers how long the log was when savepoint k opened;
+ *   xRollbackTo(k) truncates the log back to that length;
+ *   xCommit, xRollback forget everything.
+ * The state lives in memory and is never written to a TEMP table, because a
+ * TEMP table written from inside another statement is not rolled back with
+ * that statement unless it has its own statement journal.
+ *
+ * SELECT * FROM fence_held lists the fences the transaction holds. Rows
+ * cannot be written: only fence's own code changes them.
+ */
+#include "fence_sqlite.h"
+
+#include <string.h>
+
+SQLITE_EXTENSION_INIT3
+
+/* ---------------------------------------------------------------------
+ * The held-fence log: append-only entries, chained into hash buckets with
+ * the newest entry of a bucket first, so that truncating the log from the
+ * end only ever unlinks bucket heads.
+ * ------------------------------------------------------------------ */
+
+#define HELD_MIN_BUCKETS 16
+#define HELD_KEEP_BUCKETS 1024	/* larger tables are freed at transaction end */
+
+static unsigned
+heldHash(const char *z, int n)
+{
+	unsigned	h = 2166136261u;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		h = (h ^ (unsigned char) z[i]) * 16777619u;
+	return h;
+}
+
+static int
+heldFind(const FenceHeld *held, const char *z, int n, unsigned h)
+{
+	int			i;
+
+	if (held->nBucket == 0)
+		return -1;
+	for (i = held->aBucket[h & (held->nBucket - 1)]; i >= 0;
+		 i = held->aEntry[i].iNextInBucket)
+	{
+		const HeldEntry *e = &held->aEntry[i];
+
+		if (e->hash == h && e->nResource == n && memcmp(e->zResource, z, n) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/* The token held for a resource in this transaction, or -1. */
+sqlite3_int64
+fenceHeldGet(const FenceHeld *held, const char *z, int n)
+{
+	int			i = heldFind(held, z, n, heldHash(z, n));
+
+	return i < 0 ? -1 : held->aEntry[i].iToken;
+}
+
+static int
+heldRehash(FenceHeld *held, int nBucket)
+{
+	int		   *aBucket = sqlite3_malloc64(sizeof(int) * (sqlite3_uint64) nBucket);
+	int			i;
+
+	if (aBucket == NULL)
+		return SQLITE_NOMEM;
+	for (i = 0; i < nBucket; i++)
+		aBucket[i] = -1;
+	/* oldest first, each pushed on its bucket's head: newest ends up first */
+	for (i = 0; i < held->nEntry; i++)
+	{
+		HeldEntry  *e = &held->aEntry[i];
+		int			b = (int) (e->hash & (unsigned) (nBucket - 1));
+
+		e->iNextInBucket = aBucket[b];
+		aBucket[b] = i;
+	}
+	sqlite3_free(held->aBucket);
+	held->aBucket = aBucket;
+	held->nBucket = nBucket;
+	return SQLITE_OK;
+}
+
+/* Record that the transaction now holds resource z at token (-1: not held). */
+int
+fenceHeldSet(FenceHeld *held, const char *z, int n, sqlite3_int64 token)
+{
+	HeldEntry  *e;
+	unsigned	h = heldHash(z, n);
+	int			b;
+
+	if (held->nEntry >= held->nEntryAlloc)
+	{
+		int			nAlloc = held->nEntryAlloc ? held->nEntryAlloc * 2 : 16;
+		HeldEntry  *a = sqlite3_realloc64(held->aEntry,
+									   sizeof(HeldEntry) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+			return SQLITE_NOMEM;
+		held->aEntry = a;
+		held->nEntryAlloc = nAlloc;
+	}
+	if (held->nEntry >= held->nBucket)
+	{
+		int			rc = heldRehash(held, held->nBucket ? held->nBucket * 2 : HELD_MIN_BUCKETS);
+
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	e = &held->aEntry[held->nEntry];
+	e->zResource = sqlite3_malloc(n + 1);
+	if (e->zResource == NULL)
+		return SQLITE_NOMEM;
+	memcpy(e->zResource, z, n);
+	e->zResource[n] = '\0';
+	e->nResource = n;
+	e->hash = h;
+	e->iToken = token;
+	b = (int) (h & (unsigned) (held->nBucket - 1));
+	e->iNextInBucket = held->aBucket[b];
+	held->aBucket[b] = held->nEntry;
+	held->nEntry++;
+	return SQLITE_OK;
+}
+
+/* Undo every entry from index n on, newest first. */
+static void
+heldTruncate(FenceHeld *held, int n)
+{
+	while (held->nEntry > n)
+	{
+		HeldEntry  *e = &held->aEntry[held->nEntry - 1];
+		int			b = (int) (e->hash & (unsigned) (held->nBucket - 1));
+
+		/* appended last, so it heads its bucket */
+		held->aBucket[b] = e->iNextInBucket;
+		sqlite3_free(e->zResource);
+		held->nEntry--;
+	}
+}
+
+/* The transaction ended: forget it all, keeping small allocations for reuse. */
+void
+fenceHeldClear(FenceHeld *held)
+{
+	heldTruncate(held, 0);
+	held->nMark = 0;
+	if (held->nBucket > HELD_KEEP_BUCKETS)
+	{
+		sqlite3_free(held->aBucket);
+		held->aBucket = NULL;
+		held->nBucket = 0;
+		sqlite3_free(held->aEntry);
+		held->aEntry = NULL;
+		held->nEntryAlloc = 0;
+	}
+}
+
+static void
+heldFree(FenceHeld *held)
+{
+	heldTruncate(held, 0);
+	sqlite3_free(held->aBucket);
+	sqlite3_free(held->aEntry);
+	sqlite3_free(held->aMark);
+	memset(held, 0, sizeof(*held));
+}
+
+/* ---------------------------------------------------------------------
+ * The fence_held virtual table.
+ * ------------------------------------------------------------------ */
+
+typedef struct HeldVtab
+{
+	sqlite3_vtab base;
+	FenceConn  *conn;
+} HeldVtab;
+
+typedef struct HeldCursor
+{
+	sqlite3_vtab_cursor base;
+	int			i;				/* current entry of the log */
+} HeldCursor;
+
+static int
+heldConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+			sqlite3_vtab **ppVtab, char **pzErr)
+{
+	FenceConn  *conn = pAux;
+	HeldVtab   *vtab;
+	int			rc;
+
+	(void) argc;
+	(void) argv;
+	(void) pzErr;
+	rc = sqlite3_declare_vtab(db, "CREATE TABLE x(resource TEXT, token INTEGER)");
+	if (rc != SQLITE_OK)
+		return rc;
+	/* a planted view or trigger must not be able to enlist or read it */
+	sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
+	vtab = sqlite3_malloc(sizeof(*vtab));
+	if (vtab == NULL)
+		return SQLITE_NOMEM;
+	memset(vtab, 0, sizeof(*vtab));
+	vtab->conn = conn;
+	conn->bVtabConnected = 1;
+	*ppVtab = &vtab->base;
+	return SQLITE_OK;
+}
+
+/*
+ * Called for the eponymous fence_held when the connection closes, before
+ * SQLite checks for unfinalized statements: the one place an extension can
+ * finalize the statements it caches, so that sqlite3_close() succeeds. It is
+ * reached only because no cached statement names fence_held (a statement
+ * that names a virtual table keeps it connected); the cached enlisting
+ * statement names fence_txn instead.
+ */
+static int
+heldDisconnect(sqlite3_vtab *pVtab)
+{
+	HeldVtab   *vtab = (HeldVtab *) pVtab;
+
+	fenceFinalizeStatements(vtab->conn);
+	vtab->conn->bVtabConnected = 0;
+	sqlite3_free(vtab);
+	return SQLITE_OK;
+}
+
+static int
+txnConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+		   sqlite3_vtab **ppVtab, char **pzErr)
+{
+	FenceConn  *conn = pAux;
+	int			bConnected = conn->bVtabConnected;
+	int			rc = heldConnect(db, pAux, argc, argv, ppVtab, pzErr);
+
+	conn->bVtabConnected = bConnected;	/* only fence_held's counts */
+	return rc;
+}
+
+static int
+txnDisconnect(sqlite3_vtab *pVtab)
+{
+	sqlite3_free(pVtab);
+	return SQLITE_OK;
+}
+
+static int
+heldBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+{
+	(void) pVtab;
+	info->estimatedCost = 10.0;
+	info->estimatedRows = 10;
+	return SQLITE_OK;
+}
+
+static int
+heldOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+{
+	HeldCursor *cur = sqlite3_malloc(sizeof(*cur));
+
+	(void) pVtab;
+	if (cur == NULL)
+		return SQLITE_NOMEM;
+	memset(cur, 0, sizeof(*cur));
+	*ppCursor = &cur->base;
+	return SQLITE_OK;
+}
+
+static int
+heldClose(sqlite3_vtab_cursor *cur)
+{
+	sqlite3_free(cur);
+	return SQLITE_OK;
+}
+
+static FenceHeld *
+cursorHeld(sqlite3_vtab_cursor *cur)
+{
+	return &((HeldVtab *) cur->pVtab)->conn->held;
+}
+
+/* Skip entries shadowed by a newer one and those no longer held. */
+static void
+cursorSettle(HeldCursor *cur)
+{
+	FenceHeld  *held = cursorHeld(&cur->base);
+
+	while (cur->i < held->nEntry)
+	{
+		HeldEntry  *e = &held->aEntry[cur->i];
+
+		if (e->iToken >= 0 && heldFind(held, e->zResource, e->nResource, e->hash) == cur->i)
+			break;
+		cur->i++;
+	}
+}
+
+static int
+heldFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
+		   int argc, sqlite3_value **argv)
+{
+	HeldCursor *cur = (HeldCursor *) pCur;
+
+	(void) idxNum;
+	(void) idxStr;
+	(void) argc;
+	(void) argv;
+	cur->i = 0;
+	cursorSettle(cur);
+	return SQLITE_OK;
+}
+
+static int
+heldNext(sqlite3_vtab_cursor *pCur)
+{
+	HeldCursor *cur = (HeldCursor *) pCur;
+
+	cur->i++;
+	cursorSettle(cur);
+	return SQLITE_OK;
+}
+
+static int
+heldEof(sqlite3_vtab_cursor *pCur)
+{
+	return ((HeldCursor *) pCur)->i >= cursorHeld(pCur)->nEntry;
+}
+
+static int
+heldColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
+{
+	HeldEntry  *e = &cursorHeld(pCur)->aEntry[((HeldCursor *) pCur)->i];
+
+	if (col == 0)
+		sqlite3_result_text(ctx, e->zResource, e->nResource, SQLITE_TRANSIENT);
+	else
+		sqlite3_result_int64(ctx, e->iToken);
+	return SQLITE_OK;
+}
+
+static int
+heldRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+{
+	*pRowid = ((HeldCursor *) pCur)->i;
+	return SQLITE_OK;
+}
+
+/* Rows change only through fence's functions, never by DML. */
+static int
+heldUpdate(sqlite3_vtab *pVtab, int argc, sqlite3_value **argv, sqlite_int64 *pRowid)
+{
+	(void) argc;
+	(void) argv;
+	(void) pRowid;
+	sqlite3_free(pVtab->zErrMsg);
+	pVtab->zErrMsg = sqlite3_mprintf("fence_held is read-only: fences are taken "
+									 "with fence_check() or a protected write");
+	return SQLITE_READONLY;
+}
+
+static FenceConn *
+vtabConn(sqlite3_vtab *pVtab)
+{
+	return ((HeldVtab *) pVtab)->conn;
+}
+
+static int
+heldBegin(sqlite3_vtab *pVtab)
+{
+	FenceConn  *conn = vtabConn(pVtab);
+
+	fenceHeldClear(&conn->held);
+	conn->bEnlisted = 1;
+	return SQLITE_OK;
+}
+
+static int
+heldEnd(sqlite3_vtab *pVtab)
+{
+	FenceConn  *conn = vtabConn(pVtab);
+
+	fenceHeldClear(&conn->held);
+	conn->bEnlisted = 0;
+	return SQLITE_OK;
+}
+
+static int
+heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
+{
+	FenceHeld  *held = &vtabConn(pVtab)->held;
+	int			k;
+
+	if (iSavepoint >= held->nMarkAlloc)
+	{
+		int			nAlloc = iSavepoint + 8;
+		int		   *a = sqlite3_realloc64(held->aMark, sizeof(int) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+			return SQLITE_NOMEM;
+		held->aMark = a;
+		held->nMarkAlloc = nAlloc;
+	}
+
+	/*
+	 * Savepoints opened before fence_held joined the transaction were not
+	 * announced; everything held came after them, so they mark the current
+	 * length (which is 0 when joining).
+	 */
+	for (k = held->nMark; k < iSavepoint; k++)
+		held->aMark[k] = held->nEntry;
+	held->aMark[iSavepoint] = held->nEntry;
+	held->nMark = iSavepoint + 1;
+	return SQLITE_OK;
+}
+
+static int
+heldRelease(sqlite3_vtab *pVtab, int iSavepoint)
+{
+	FenceHeld  *held = &vtabConn(pVtab)->held;
+
+	/* what was held stays held; only the marks go */
+	if (iSavepoint < held->nMark)
+		held->nMark = iSavepoint;
+	return SQLITE_OK;
+}
+
+static int
+heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
+{
+	FenceHeld  *held = &vtabConn(pVtab)->held;
+
+	if (iSavepoint < held->nMark)
+	{
+		heldTruncate(held, held->aMark[iSavepoint]);
+		held->nMark = iSavepoint + 1;	/* the savepoint itself stays open */
+	}
+	return SQLITE_OK;
+}
+
+/* fence_held: what the transaction holds, for people to read */
+static const sqlite3_module heldModule = {
+	1,							/* iVersion */
+	NULL,						/* xCreate: eponymous only */
+	heldConnect,
+	heldBestIndex,
+	heldDisconnect,
+	NULL,						/* xDestroy */
+	heldOpen,
+	heldClose,
+	heldFilter,
+	heldNext,
+	heldEof,
+	heldColumn,
+	heldRowid,
+	heldUpdate,
+	NULL, NULL, NULL, NULL,		/* never joins a transaction */
+	NULL, NULL, NULL, NULL, NULL, NULL
+};
+
+/* fence_txn: the same rows; the table that joins each fenced transaction */
+static const sqlite3_module txnModule = {
+	2,							/* iVersion: 2 for the savepoint methods */
+	NULL,						/* xCreate: eponymous only */
+	txnConnect,
+	heldBestIndex,
+	txnDisconnect,
+	NULL,						/* xDestroy */
+	heldOpen,
+	heldClose,
+	heldFilter,
+	heldNext,
+	heldEof,
+	heldColumn,
+	heldRowid,
+	heldUpdate,
+	heldBegin,
+	NULL,						/* xSync */
+	heldEnd,					/* xCommit */
+	heldEnd,					/* xRollback */
+	NULL,						/* xFindFunction */
+	NULL,						/* xRename */
+	heldSavepoint,
+	heldRelease,
+	heldRollbackTo,
+	NULL						/* xShadowName */
+};
+
+static void
+connDestroy(void *p)
+{
+	FenceConn  *conn = p;
+
+	fenceFinalizeStatements(conn);
+	heldFree(&conn->held);
+	sqlite3_free(conn);
+}
+
+/* Register fence_held; the module owns conn and frees it with the connection. */
+int
+fenceHeldRegister(sqlite3 *db, FenceConn *conn)
+{
+	int			rc = sqlite3_create_module_v2(db, "fence_held", &heldModule, conn, connDestroy);
+
+	if (rc == SQLITE_OK)
+		rc = sqlite3_create_module_v2(db, "fence_txn", &txnModule, conn, NULL);
+	return rc;
+}
+
+/*
+ * Connect the eponymous table if it is not (preparing a statement that names
+ * it does), so that its xDisconnect will finalize our statements at close.
+ */
+int
+fenceHeldConnect(FenceConn *conn)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			rc;
+
+	if (conn->bVtabConnected)
+		return SQLITE_OK;
+	rc = sqlite3_prepare_v2(conn->db, "SELECT 1 FROM fence_held", -1, &stmt, NULL);
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/*
+ * Make fence_held part of the open transaction, so that its end and its
+ * savepoints reach us. Writing a virtual table (even deleting no row) is
+ * what enlists it; the statement also opens the write transaction on main.
+ * Returns SQLITE_OK with conn->bEnlisted still 0 when the statement's own
+ * end committed the transaction (an autocommit SELECT): then there is no
+ * transaction left to hold a fence in.
+ */
+int
+fenceHeldEnlist(FenceConn *conn)
+{
+	int			rc;
+
+	if (conn->bEnlisted)
+		return SQLITE_OK;
+	if (conn->pEnlist == NULL)
+	{
+		rc = fenceHeldConnect(conn);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_prepare_v3(conn->db, "DELETE FROM fence_txn WHERE 0", -1,
+									SQLITE_PREPARE_PERSISTENT, &conn->pEnlist, NULL);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	rc = sqlite3_step(conn->pEnlist);
+	sqlite3_reset(conn->pEnlist);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
