@@ -14,8 +14,8 @@ CFLAGS   ?= -O2 -g
 WARN      = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 STRICT    = $(WARN) -Werror
 
-CORE_SRC    = core/fence_core.c
-CORE_HDR    = core/fence_core.h
+CORE_SRC    = core/fence_core.c core/fence_held.c
+CORE_HDR    = core/fence_core.h core/fence_held.h
 SQLITE_SRC  = sqlite_ext/fence.c sqlite_ext/fence_held.c sqlite_ext/fence_protect.c
 SQLITE_HDR  = sqlite_ext/fence_sqlite.h
 SQLITE_EXT  = sqlite_ext/fence.so
@@ -67,3 +67,7 @@ demo: $(SQLITE_EXT)
 
 clean:
 	rm -rf build $(SQLITE_EXT) results tests/results
+
+build/asan/core_test: tests/core_test.c $(CORE_SRC) $(CORE_HDR)
+	@mkdir -p $(dir $@)
+	clang $(ASAN_FLAGS) $(WARN) -o $@ tests/core_test.c $(CORE_SRC)

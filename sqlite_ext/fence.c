@@ -170,7 +170,7 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	 * took when enlisting: nothing but this transaction can have moved the
 	 * highest since, and its own moves update what it holds.
 	 */
-	if (conn->bEnlisted && fenceHeldGet(&conn->held, z, n) == token)
+	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
 	rc = fenceHeldEnlist(conn);
@@ -193,8 +193,8 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 			return rc;
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
-	if (conn->bEnlisted && fenceHeldGet(&conn->held, z, n) < token)
-		rc = fenceHeldSet(&conn->held, z, n, token);
+	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token)
+		rc = fence_held_set(&conn->held, z, (size_t) n, token, 0) ? SQLITE_NOMEM : SQLITE_OK;
 	return rc;
 }
 
@@ -410,8 +410,8 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		return;
 	rc = runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, z, n, 0);
 	/* the transaction no longer holds what was forgotten (undone on rollback) */
-	if (rc == SQLITE_OK && conn->bEnlisted && fenceHeldGet(&conn->held, z, n) >= 0)
-		rc = fenceHeldSet(&conn->held, z, n, -1);
+	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
+		rc = fence_held_set(&conn->held, z, (size_t) n, -1, 0) ? SQLITE_NOMEM : SQLITE_OK;
 	if (rc != SQLITE_OK)
 		resultDbError(ctx, conn, rc);
 	else
@@ -471,7 +471,7 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (argc == 1 ? !argResource(ctx, argv[0], &z, &n)
 		: !argKeyResource(ctx, argv[0], argv[1], buf, &z, &n))
 		return;
-	if (conn->bEnlisted && fenceHeldGet(&conn->held, z, n) >= 0)
+	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
 		sqlite3_result_int(ctx, 1);
 	else
 		resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);
@@ -531,6 +531,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		return SQLITE_NOMEM;
 	memset(conn, 0, sizeof(*conn));
 	conn->db = db;
+	fence_held_init(&conn->held, &fenceSqliteAllocator);
 
 	/* from here on the module owns conn, even when registering fails */
 	rc = fenceHeldRegister(db, conn);

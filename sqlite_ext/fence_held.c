@@ -33,162 +33,26 @@
 
 SQLITE_EXTENSION_INIT3
 
-/* ---------------------------------------------------------------------
- * The held-fence log: append-only entries, chained into hash buckets with
- * the newest entry of a bucket first, so that truncating the log from the
- * end only ever unlinks bucket heads.
- * ------------------------------------------------------------------ */
-
-#define HELD_MIN_BUCKETS 16
-#define HELD_KEEP_BUCKETS 1024	/* larger tables are freed at transaction end */
-
-static unsigned
-heldHash(const char *z, int n)
+/* The held-fence log (core/fence_held.c) takes SQLite's allocator. */
+static void *
+sqliteAlloc(size_t n)
 {
-	unsigned	h = 2166136261u;
-	int			i;
-
-	for (i = 0; i < n; i++)
-		h = (h ^ (unsigned char) z[i]) * 16777619u;
-	return h;
+	return sqlite3_malloc64(n);
 }
 
-static int
-heldFind(const FenceHeld *held, const char *z, int n, unsigned h)
+static void *
+sqliteRealloc(void *p, size_t n)
 {
-	int			i;
-
-	if (held->nBucket == 0)
-		return -1;
-	for (i = held->aBucket[h & (held->nBucket - 1)]; i >= 0;
-		 i = held->aEntry[i].iNextInBucket)
-	{
-		const HeldEntry *e = &held->aEntry[i];
-
-		if (e->hash == h && e->nResource == n && memcmp(e->zResource, z, n) == 0)
-			return i;
-	}
-	return -1;
-}
-
-/* The token held for a resource in this transaction, or -1. */
-sqlite3_int64
-fenceHeldGet(const FenceHeld *held, const char *z, int n)
-{
-	int			i = heldFind(held, z, n, heldHash(z, n));
-
-	return i < 0 ? -1 : held->aEntry[i].iToken;
-}
-
-static int
-heldRehash(FenceHeld *held, int nBucket)
-{
-	int		   *aBucket = sqlite3_malloc64(sizeof(int) * (sqlite3_uint64) nBucket);
-	int			i;
-
-	if (aBucket == NULL)
-		return SQLITE_NOMEM;
-	for (i = 0; i < nBucket; i++)
-		aBucket[i] = -1;
-	/* oldest first, each pushed on its bucket's head: newest ends up first */
-	for (i = 0; i < held->nEntry; i++)
-	{
-		HeldEntry  *e = &held->aEntry[i];
-		int			b = (int) (e->hash & (unsigned) (nBucket - 1));
-
-		e->iNextInBucket = aBucket[b];
-		aBucket[b] = i;
-	}
-	sqlite3_free(held->aBucket);
-	held->aBucket = aBucket;
-	held->nBucket = nBucket;
-	return SQLITE_OK;
-}
-
-/* Record that the transaction now holds resource z at token (-1: not held). */
-int
-fenceHeldSet(FenceHeld *held, const char *z, int n, sqlite3_int64 token)
-{
-	HeldEntry  *e;
-	unsigned	h = heldHash(z, n);
-	int			b;
-
-	if (held->nEntry >= held->nEntryAlloc)
-	{
-		int			nAlloc = held->nEntryAlloc ? held->nEntryAlloc * 2 : 16;
-		HeldEntry  *a = sqlite3_realloc64(held->aEntry,
-									   sizeof(HeldEntry) * (sqlite3_uint64) nAlloc);
-
-		if (a == NULL)
-			return SQLITE_NOMEM;
-		held->aEntry = a;
-		held->nEntryAlloc = nAlloc;
-	}
-	if (held->nEntry >= held->nBucket)
-	{
-		int			rc = heldRehash(held, held->nBucket ? held->nBucket * 2 : HELD_MIN_BUCKETS);
-
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	e = &held->aEntry[held->nEntry];
-	e->zResource = sqlite3_malloc(n + 1);
-	if (e->zResource == NULL)
-		return SQLITE_NOMEM;
-	memcpy(e->zResource, z, n);
-	e->zResource[n] = '\0';
-	e->nResource = n;
-	e->hash = h;
-	e->iToken = token;
-	b = (int) (h & (unsigned) (held->nBucket - 1));
-	e->iNextInBucket = held->aBucket[b];
-	held->aBucket[b] = held->nEntry;
-	held->nEntry++;
-	return SQLITE_OK;
-}
-
-/* Undo every entry from index n on, newest first. */
-static void
-heldTruncate(FenceHeld *held, int n)
-{
-	while (held->nEntry > n)
-	{
-		HeldEntry  *e = &held->aEntry[held->nEntry - 1];
-		int			b = (int) (e->hash & (unsigned) (held->nBucket - 1));
-
-		/* appended last, so it heads its bucket */
-		held->aBucket[b] = e->iNextInBucket;
-		sqlite3_free(e->zResource);
-		held->nEntry--;
-	}
-}
-
-/* The transaction ended: forget it all, keeping small allocations for reuse. */
-void
-fenceHeldClear(FenceHeld *held)
-{
-	heldTruncate(held, 0);
-	held->nMark = 0;
-	if (held->nBucket > HELD_KEEP_BUCKETS)
-	{
-		sqlite3_free(held->aBucket);
-		held->aBucket = NULL;
-		held->nBucket = 0;
-		sqlite3_free(held->aEntry);
-		held->aEntry = NULL;
-		held->nEntryAlloc = 0;
-	}
+	return sqlite3_realloc64(p, n);
 }
 
 static void
-heldFree(FenceHeld *held)
+sqliteFree(void *p)
 {
-	heldTruncate(held, 0);
-	sqlite3_free(held->aBucket);
-	sqlite3_free(held->aEntry);
-	sqlite3_free(held->aMark);
-	memset(held, 0, sizeof(*held));
+	sqlite3_free(p);
 }
+
+const FenceAllocator fenceSqliteAllocator = {sqliteAlloc, sqliteRealloc, sqliteFree};
 
 /* ---------------------------------------------------------------------
  * The fence_held virtual table.
@@ -311,14 +175,8 @@ cursorSettle(HeldCursor *cur)
 {
 	FenceHeld  *held = cursorHeld(&cur->base);
 
-	while (cur->i < held->nEntry)
-	{
-		HeldEntry  *e = &held->aEntry[cur->i];
-
-		if (e->iToken >= 0 && heldFind(held, e->zResource, e->nResource, e->hash) == cur->i)
-			break;
+	while (cur->i < held->n_entries && !fence_held_is_current(held, cur->i))
 		cur->i++;
-	}
 }
 
 static int
@@ -349,18 +207,18 @@ heldNext(sqlite3_vtab_cursor *pCur)
 static int
 heldEof(sqlite3_vtab_cursor *pCur)
 {
-	return ((HeldCursor *) pCur)->i >= cursorHeld(pCur)->nEntry;
+	return ((HeldCursor *) pCur)->i >= cursorHeld(pCur)->n_entries;
 }
 
 static int
 heldColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
 {
-	HeldEntry  *e = &cursorHeld(pCur)->aEntry[((HeldCursor *) pCur)->i];
+	FenceHeldEntry *e = &cursorHeld(pCur)->entries[((HeldCursor *) pCur)->i];
 
 	if (col == 0)
-		sqlite3_result_text(ctx, e->zResource, e->nResource, SQLITE_TRANSIENT);
+		sqlite3_result_text(ctx, e->resource, (int) e->len, SQLITE_TRANSIENT);
 	else
-		sqlite3_result_int64(ctx, e->iToken);
+		sqlite3_result_int64(ctx, e->token);
 	return SQLITE_OK;
 }
 
@@ -395,7 +253,8 @@ heldBegin(sqlite3_vtab *pVtab)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
-	fenceHeldClear(&conn->held);
+	fence_held_clear(&conn->held);
+	conn->nMark = 0;
 	conn->bEnlisted = 1;
 	return SQLITE_OK;
 }
@@ -405,7 +264,8 @@ heldEnd(sqlite3_vtab *pVtab)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
-	fenceHeldClear(&conn->held);
+	fence_held_clear(&conn->held);
+	conn->nMark = 0;
 	conn->bEnlisted = 0;
 	return SQLITE_OK;
 }
@@ -413,52 +273,52 @@ heldEnd(sqlite3_vtab *pVtab)
 static int
 heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 {
-	FenceHeld  *held = &vtabConn(pVtab)->held;
+	FenceConn  *conn = vtabConn(pVtab);
 	int			k;
 
-	if (iSavepoint >= held->nMarkAlloc)
+	if (iSavepoint >= conn->nMarkAlloc)
 	{
 		int			nAlloc = iSavepoint + 8;
-		int		   *a = sqlite3_realloc64(held->aMark, sizeof(int) * (sqlite3_uint64) nAlloc);
+		int		   *a = sqlite3_realloc64(conn->aMark, sizeof(int) * (sqlite3_uint64) nAlloc);
 
 		if (a == NULL)
 			return SQLITE_NOMEM;
-		held->aMark = a;
-		held->nMarkAlloc = nAlloc;
+		conn->aMark = a;
+		conn->nMarkAlloc = nAlloc;
 	}
 
 	/*
-	 * Savepoints opened before fence_held joined the transaction were not
+	 * Savepoints opened before fence_txn joined the transaction were not
 	 * announced; everything held came after them, so they mark the current
 	 * length (which is 0 when joining).
 	 */
-	for (k = held->nMark; k < iSavepoint; k++)
-		held->aMark[k] = held->nEntry;
-	held->aMark[iSavepoint] = held->nEntry;
-	held->nMark = iSavepoint + 1;
+	for (k = conn->nMark; k < iSavepoint; k++)
+		conn->aMark[k] = conn->held.n_entries;
+	conn->aMark[iSavepoint] = conn->held.n_entries;
+	conn->nMark = iSavepoint + 1;
 	return SQLITE_OK;
 }
 
 static int
 heldRelease(sqlite3_vtab *pVtab, int iSavepoint)
 {
-	FenceHeld  *held = &vtabConn(pVtab)->held;
+	FenceConn  *conn = vtabConn(pVtab);
 
 	/* what was held stays held; only the marks go */
-	if (iSavepoint < held->nMark)
-		held->nMark = iSavepoint;
+	if (iSavepoint < conn->nMark)
+		conn->nMark = iSavepoint;
 	return SQLITE_OK;
 }
 
 static int
 heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 {
-	FenceHeld  *held = &vtabConn(pVtab)->held;
+	FenceConn  *conn = vtabConn(pVtab);
 
-	if (iSavepoint < held->nMark)
+	if (iSavepoint < conn->nMark)
 	{
-		heldTruncate(held, held->aMark[iSavepoint]);
-		held->nMark = iSavepoint + 1;	/* the savepoint itself stays open */
+		fence_held_truncate(&conn->held, conn->aMark[iSavepoint]);
+		conn->nMark = iSavepoint + 1;	/* the savepoint itself stays open */
 	}
 	return SQLITE_OK;
 }
@@ -517,7 +377,8 @@ connDestroy(void *p)
 	FenceConn  *conn = p;
 
 	fenceFinalizeStatements(conn);
-	heldFree(&conn->held);
+	fence_held_free(&conn->held);
+	sqlite3_free(conn->aMark);
 	sqlite3_free(conn);
 }
 

@@ -10,40 +10,17 @@
 
 #include <sqlite3ext.h>
 #include "../core/fence_core.h"
-
-/*
- * One fence this transaction holds: resource zResource accepted at iToken.
- * A later entry for the same resource shadows an earlier one; iToken < 0
- * marks "no longer held" (fence_reset). Entries are only appended, so a
- * savepoint is an index into the log and rolling back is truncating it.
- */
-typedef struct HeldEntry
-{
-	char	   *zResource;
-	int			nResource;
-	unsigned	hash;
-	sqlite3_int64 iToken;
-	int			iNextInBucket;	/* index of the next entry in the bucket, or -1 */
-} HeldEntry;
-
-typedef struct FenceHeld
-{
-	HeldEntry  *aEntry;			/* the log, oldest first */
-	int			nEntry;
-	int			nEntryAlloc;
-	int		   *aBucket;		/* newest entry of each hash bucket, or -1 */
-	int			nBucket;		/* a power of two, or 0 */
-	int		   *aMark;			/* aMark[k]: nEntry when savepoint k opened */
-	int			nMark;
-	int			nMarkAlloc;
-} FenceHeld;
+#include "../core/fence_held.h"
 
 typedef struct FenceConn
 {
 	sqlite3    *db;
 	int			bEnlisted;		/* fence_held is part of the open transaction */
 	int			bVtabConnected; /* the eponymous fence_held is connected */
-	FenceHeld	held;
+	FenceHeld	held;			/* what the open transaction holds */
+	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
+	int			nMark;
+	int			nMarkAlloc;
 	/* cached statements, finalized when fence_held disconnects (at close) */
 	sqlite3_stmt *pSelectToken;
 	sqlite3_stmt *pAdvanceToken;
@@ -55,9 +32,7 @@ typedef struct FenceConn
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
 int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn);
-sqlite3_int64 fenceHeldGet(const FenceHeld *held, const char *z, int n);
-int			fenceHeldSet(FenceHeld *held, const char *z, int n, sqlite3_int64 token);
-void		fenceHeldClear(FenceHeld *held);
+extern const FenceAllocator fenceSqliteAllocator;
 
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);

@@ -1,0 +1,74 @@
+/*
+ * fence_held.h
+ *
+ * The fences one transaction holds ("fenced on r at t", SPEC.md Transaction
+ * scope), as an append-only log that both engines keep: SQLite in
+ * sqlite_ext/fence_held.c, PostgreSQL in pg_ext/fence_xact.c. Each entry
+ * says "from here on, resource r is held at token t" (t < 0: no longer
+ * held); a later entry for the same resource shadows an earlier one. Because
+ * entries are only appended, undoing a savepoint is truncating the log to
+ * the length it had when the savepoint began. A hash over the log finds the
+ * newest entry of a resource; buckets list the newest entry first, so
+ * truncating from the end only ever unlinks bucket heads.
+ *
+ * Memory comes from the engine through FenceAllocator; alloc returns NULL
+ * on failure (SQLite) or never returns on failure (PostgreSQL's palloc).
+ */
+#ifndef FENCE_HELD_H
+#define FENCE_HELD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct FenceAllocator
+{
+	void	   *(*alloc) (size_t size);
+	void	   *(*realloc) (void *ptr, size_t size);
+	void		(*free) (void *ptr);
+} FenceAllocator;
+
+typedef struct FenceHeldEntry
+{
+	char	   *resource;		/* NUL-terminated copy */
+	size_t		len;
+	uint32_t	hash;
+	int64_t		token;			/* < 0: no longer held */
+	uint32_t	tag;			/* the engine's: PostgreSQL's subtransaction */
+	int			next_in_bucket; /* index, or -1 */
+} FenceHeldEntry;
+
+typedef struct FenceHeld
+{
+	const FenceAllocator *mem;
+	FenceHeldEntry *entries;	/* oldest first */
+	int			n_entries;
+	int			n_alloc;
+	int		   *buckets;		/* newest entry of each bucket, or -1 */
+	int			n_buckets;		/* a power of two, or 0 */
+} FenceHeld;
+
+void		fence_held_init(FenceHeld *held, const FenceAllocator *mem);
+
+/* The token held for the resource, or -1 when it is not held. */
+int64_t		fence_held_get(const FenceHeld *held, const char *resource, size_t len);
+
+/* Append "resource held at token"; 0 on success, -1 when out of memory. */
+int			fence_held_set(FenceHeld *held, const char *resource, size_t len,
+						   int64_t token, uint32_t tag);
+
+/* Undo every entry from index n on. */
+void		fence_held_truncate(FenceHeld *held, int n);
+
+/* The first entry whose tag is >= tag (entries' tags never decrease). */
+int			fence_held_first_tagged(const FenceHeld *held, uint32_t tag);
+
+/* Is entry i the newest for its resource and held (for listing)? */
+int			fence_held_is_current(const FenceHeld *held, int i);
+
+/* The transaction ended: forget all, keep small allocations for reuse. */
+void		fence_held_clear(FenceHeld *held);
+
+/* Give everything back. */
+void		fence_held_free(FenceHeld *held);
+
+#endif							/* FENCE_HELD_H */

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install what `make check` needs and a fresh Debian 12 lacks. Idempotent:
+# runs apt-get only when something is missing. Needs root (CI runs as root).
+set -eu
+need=()
+command -v clang >/dev/null || need+=(clang)
+[ -e /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
+command -v sqlite3 >/dev/null || need+=(sqlite3)
+[ -d /usr/lib/postgresql/15/bin ] || need+=(postgresql-15)
+[ -e /usr/lib/postgresql/15/lib/pgxs/src/makefiles/pgxs.mk ] || need+=(postgresql-server-dev-15)
+/usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg)
+[ -n "$(clang -print-file-name=libclang_rt.asan-x86_64.so 2>/dev/null | grep /)" ] && \
+	[ -e "$(clang -print-file-name=libclang_rt.asan-x86_64.so)" ] || need+=(libclang-rt-14-dev)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "installing: ${need[*]}"
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "make check needs these Debian packages: ${need[*]} (run as root, or install them)" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

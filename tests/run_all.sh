@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Everything `make check` runs, in order. Each step prints "ok - NAME" or
+# "not ok - NAME" lines; a step that dies without saying so counts as one
+# failure. The last line is the count CI reads: "N passed, N failed".
+set -u
+. "$(dirname "$0")/lib.sh"
+cd "$FENCE_ROOT"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+step() {	# step NAME COMMAND...: run it, echo and keep its report lines
+	local name=$1
+	shift
+	echo "# $name"
+	"$@" 2>&1 | tee -a "$log.step" | grep -v '^ok - ' | grep -v '^not ok - ' | grep -v '^$' | sed 's/^/#   /' | tail -60
+	local status=${PIPESTATUS[0]}
+	grep -E '^(not )?ok - ' "$log.step" | tee -a "$log"
+	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$log.step"; then
+		echo "not ok - $name (exit status $status)" | tee -a "$log"
+	fi
+	rm -f "$log.step"
+}
+
+build() {	# the builds, each a test: strict warnings are an error in CI
+	make -s sqlite_ext/fence.so build/fence_sqlite_runner >/dev/null; report $? "build sqlite_ext/fence.so"
+	make -s build/strict/fence.so >/dev/null; report $? "build with -Wall -Wextra -Werror"
+	make -s build/asan/fence.so build/asan/fence_sqlite_runner build/asan/core_test >/dev/null
+	report $? "build with AddressSanitizer and UBSan"
+}
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+step "builds" build
+step "core rules (ASan, UBSan)" build/asan/core_test
+step "SQLite regression suite" bash tests/run_sqlite_regress.sh
+step "SQLite regression suite under ASan and UBSan" \
+	env RUNNER=build/asan/fence_sqlite_runner EXT=build/asan/fence.so LABEL=sqlite-asan \
+	bash tests/run_sqlite_regress.sh
+for t in tests/sqlite_*.py; do
+	[ -e "$t" ] && step "$(basename "$t")" "$PYTHON" "$t"
+done
+if [ -x tests/run_pg.sh ]; then
+	step "PostgreSQL suites" bash tests/run_pg.sh
+fi
+
+passed=$(grep -c '^ok - ' "$log")
+failed=$(grep -c '^not ok - ' "$log")
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
