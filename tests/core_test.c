@@ -6,6 +6,9 @@
  * "ok - " or "not ok - " line per case.
  */
 #include "../core/fence_core.h"
+#include "../core/fence_held.h"
+
+#include <stdlib.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +21,57 @@ expect(int cond, const char *name)
 	printf("%s - core %s\n", cond ? "ok" : "not ok", name);
 	if (!cond)
 		failures++;
+}
+
+static void *
+testRealloc(void *p, size_t n)
+{
+	return realloc(p, n);
+}
+
+static const FenceAllocator testAllocator = {malloc, testRealloc, free};
+
+/* The held-fence log: shadowing, undo by truncation, growth, tags. */
+static void
+testHeld(void)
+{
+	FenceHeld	held;
+	char		name[32];
+	int			i,
+				ok = 1;
+
+	fence_held_init(&held, &testAllocator);
+	expect(fence_held_get(&held, "r", 1) == -1, "held: nothing held at first");
+	fence_held_set(&held, "r", 1, 5, 1);
+	fence_held_set(&held, "q", 1, 1, 2);
+	fence_held_set(&held, "r", 1, 7, 3);
+	expect(fence_held_get(&held, "r", 1) == 7 && fence_held_get(&held, "q", 1) == 1,
+		   "held: the newest entry of a resource wins");
+	expect(!fence_held_is_current(&held, 0) && fence_held_is_current(&held, 2),
+		   "held: a shadowed entry is not current");
+	expect(fence_held_first_tagged(&held, 2) == 1, "held: first entry of a subtransaction");
+	fence_held_truncate(&held, 1);
+	expect(fence_held_get(&held, "r", 1) == 5 && fence_held_get(&held, "q", 1) == -1,
+		   "held: truncation undoes newest first");
+	fence_held_set(&held, "r", 1, -1, 4);
+	expect(fence_held_get(&held, "r", 1) == -1, "held: a reset entry is not held");
+	for (i = 0; i < 5000; i++)
+	{
+		snprintf(name, sizeof(name), "res-%d", i);
+		fence_held_set(&held, name, strlen(name), i, 5);
+	}
+	for (i = 0; i < 5000; i++)
+	{
+		snprintf(name, sizeof(name), "res-%d", i);
+		ok &= fence_held_get(&held, name, strlen(name)) == i;
+	}
+	expect(ok, "held: 5000 resources survive rehashing");
+	fence_held_truncate(&held, 2);
+	expect(fence_held_get(&held, "res-17", 6) == -1 && fence_held_get(&held, "r", 1) == -1,
+		   "held: truncation after rehashing");
+	fence_held_clear(&held);
+	expect(held.n_entries == 0 && held.n_buckets == 0, "held: clear gives large tables back");
+	fence_held_free(&held);
 }
 
 int
@@ -72,5 +126,6 @@ main(void)
 		   "invalid resource message");
 	fence_msg_invalid(buf, "resource", FENCE_NULL, 0, 0);
 	expect(strcmp(buf, "invalid fencing resource: NULL") == 0, "NULL resource message");
+	testHeld();
 	return failures ? 1 : 0;
 }

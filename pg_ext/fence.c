@@ -1,0 +1,168 @@
+/*
+ * fence.c
+ *
+ * The PostgreSQL extension's entry points: _PG_init, the SQL-callable
+ * functions of SPEC.md and the way fence reports errors.
+ *
+ *   fence_check(resource text, token bigint) -> bigint   accept or 23T01
+ *   fence_try(resource text, token bigint)   -> boolean  accept or false
+ *   fence_current(resource text)             -> bigint   highest or NULL
+ *   fence_reset(resource text)               -> void     owner or grantee
+ *
+ * fence_protect, fence_unprotect and the trigger are in fence_trigger.c; the
+ * accept protocol and its locking contract in fence_tokens.c. None of the
+ * functions is STRICT: a NULL argument must raise 22004, not return NULL.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+#include "fence_pg.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	fence_xact_init();
+}
+
+/* ---------------------------------------------------------------------
+ * Errors: the wording is core/fence_core.c's, shared with SQLite.
+ * ------------------------------------------------------------------ */
+
+void
+fence_report_stale(Relation rel, const char *resource, size_t len, int64 token,
+				   int64 highest)
+{
+	char		msg[FENCE_MSG_MAX];
+	char		detail[FENCE_MSG_MAX];
+
+	ereport(ERROR,
+			(errcode(ERRCODE_FENCE_STALE_TOKEN),
+			 errmsg_internal("%s", fence_msg_stale(msg, resource, len, token)),
+			 errdetail_internal("%s", fence_detail_stale(detail, resource, len, highest)),
+			 errhint("%s", fence_hint_stale()),
+			 rel ? errtable(rel) : 0));
+	pg_unreachable();
+}
+
+void
+fence_report_missing(Relation rel, FenceMissing why, const char *resource, size_t len,
+					 const char *column)
+{
+	char		msg[FENCE_MSG_MAX];
+	char		detail[FENCE_MSG_MAX];
+
+	ereport(ERROR,
+			(errcode(ERRCODE_FENCE_TOKEN_REQUIRED),
+			 errmsg_internal("%s", fence_msg_missing(msg, resource, len)),
+			 errdetail_internal("%s", fence_detail_missing(detail, why, resource, len, column)),
+			 errhint("%s", fence_hint_missing(why)),
+			 rel ? errtable(rel) : 0));
+	pg_unreachable();
+}
+
+void
+fence_report_invalid(const char *what, FenceProblem problem, size_t len, int64 token)
+{
+	char		msg[FENCE_MSG_MAX];
+
+	ereport(ERROR,
+			(errcode(problem == FENCE_NULL ? ERRCODE_NULL_VALUE_NOT_ALLOWED
+					 : ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg_internal("%s", fence_msg_invalid(msg, what, problem, len, token))));
+	pg_unreachable();
+}
+
+void
+fence_validate_resource(const char *resource, size_t len)
+{
+	FenceProblem problem = fence_check_resource(resource, len);
+
+	if (problem != FENCE_VALID)
+		fence_report_invalid("resource", problem, len, 0);
+}
+
+/* The resource argument n, validated; *len its length in bytes. */
+static char *
+resource_arg(FunctionCallInfo fcinfo, int n, size_t *len)
+{
+	text	   *t;
+
+	if (PG_ARGISNULL(n))
+		fence_report_invalid("resource", FENCE_NULL, 0, 0);
+	t = PG_GETARG_TEXT_PP(n);
+	*len = VARSIZE_ANY_EXHDR(t);
+	fence_validate_resource(VARDATA_ANY(t), *len);
+	return VARDATA_ANY(t);
+}
+
+static int64
+token_arg(FunctionCallInfo fcinfo, int n)
+{
+	int64		token;
+
+	if (PG_ARGISNULL(n))
+		fence_report_invalid("token", FENCE_NULL, 0, 0);
+	token = PG_GETARG_INT64(n);
+	if (fence_check_token(token) != FENCE_VALID)
+		fence_report_invalid("token", FENCE_NEGATIVE, 0, token);
+	return token;
+}
+
+/* ---------------------------------------------------------------------
+ * SQL functions
+ * ------------------------------------------------------------------ */
+
+PG_FUNCTION_INFO_V1(fence_check);
+Datum
+fence_check(PG_FUNCTION_ARGS)
+{
+	size_t		len;
+	char	   *resource = resource_arg(fcinfo, 0, &len);
+	int64		token = token_arg(fcinfo, 1);
+	FenceOutcome outcome = fence_accept(resource, len, token);
+
+	if (outcome.stale)
+		fence_report_stale(NULL, resource, len, token, outcome.highest);
+	PG_RETURN_INT64(token);
+}
+
+PG_FUNCTION_INFO_V1(fence_try);
+Datum
+fence_try(PG_FUNCTION_ARGS)
+{
+	size_t		len;
+	char	   *resource = resource_arg(fcinfo, 0, &len);
+	int64		token = token_arg(fcinfo, 1);
+
+	PG_RETURN_BOOL(!fence_accept(resource, len, token).stale);
+}
+
+PG_FUNCTION_INFO_V1(fence_current);
+Datum
+fence_current(PG_FUNCTION_ARGS)
+{
+	size_t		len;
+	char	   *resource = resource_arg(fcinfo, 0, &len);
+	int64		highest;
+
+	if (!fence_read_highest(resource, len, &highest))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(highest);
+}
+
+PG_FUNCTION_INFO_V1(fence_reset);
+Datum
+fence_reset(PG_FUNCTION_ARGS)
+{
+	size_t		len;
+	char	   *resource = resource_arg(fcinfo, 0, &len);
+
+	fence_forget(resource, len);
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,47 @@
+/*
+ * fence_pg.h
+ *
+ * What the PostgreSQL extension's files share: the accept protocol on the
+ * token table (fence_tokens.c), the transaction's held fences
+ * (fence_xact.c), error reporting (fence.c) and the trigger (fence_trigger.c).
+ */
+#ifndef FENCE_PG_H
+#define FENCE_PG_H
+
+#include "postgres.h"
+
+#include "utils/rel.h"
+
+#include "../core/fence_core.h"
+
+/* SQLSTATEs of SPEC.md: class 23, integrity; never retried blindly. */
+#define ERRCODE_FENCE_STALE_TOKEN		MAKE_SQLSTATE('2','3','T','0','1')
+#define ERRCODE_FENCE_TOKEN_REQUIRED	MAKE_SQLSTATE('2','3','T','0','2')
+
+/* The outcome of presenting a token (fence_tokens.c). */
+typedef struct FenceOutcome
+{
+	bool		stale;
+	int64		highest;		/* what a stale token lost to */
+} FenceOutcome;
+
+/* fence_tokens.c */
+extern FenceOutcome fence_accept(const char *resource, size_t len, int64 token);
+extern bool fence_read_highest(const char *resource, size_t len, int64 *highest);
+extern void fence_forget(const char *resource, size_t len);
+
+/* fence_xact.c: what this transaction holds */
+extern void fence_xact_init(void);
+extern int64 fence_held_token(const char *resource, size_t len);
+extern void fence_hold(const char *resource, size_t len, int64 token);
+
+/* fence.c: errors, with the relation when a trigger reports them */
+extern void fence_report_stale(Relation rel, const char *resource, size_t len,
+							   int64 token, int64 highest) pg_attribute_noreturn();
+extern void fence_report_missing(Relation rel, FenceMissing why, const char *resource,
+								 size_t len, const char *column) pg_attribute_noreturn();
+extern void fence_report_invalid(const char *what, FenceProblem problem, size_t len,
+								 int64 token) pg_attribute_noreturn();
+extern void fence_validate_resource(const char *resource, size_t len);
+
+#endif							/* FENCE_PG_H */

@@ -1,0 +1,322 @@
+/*
+ * fence_tokens.c
+ *
+ * The highest accepted token per resource (the table fence_tokens) and the
+ * accept protocol that keeps SPEC.md's invariant under concurrency.
+ *
+ * Concurrency contract. Every resource has a heavyweight lock of its own in
+ * the lock manager (an advisory-class LOCKTAG: database, 64-bit hash of the
+ * resource, class FENCE_LOCK_CLASS; pg_locks shows it as "advisory" with
+ * objsubid 17989). A transaction fenced on r at t holds it in ShareLock
+ * mode; raising r's highest needs ExclusiveLock. So:
+ *   - transactions fenced at the same token share the lock and never wait
+ *     for each other;
+ *   - an advance waits until every open transaction fenced at a lower token
+ *     has ended, and then holds off the others until it ends itself;
+ *   - a token at or below the committed highest, presented while an advance
+ *     is uncommitted, waits for that advance and is judged against its
+ *     outcome, because the decision is taken after the lock is granted;
+ *   - locks taken in a subtransaction go when it is rolled back, so a fence
+ *     rolled back with its savepoint no longer makes anyone wait.
+ * The decision reads the newest committed row (a fresh snapshot, taken after
+ * the lock is granted; a committing transaction becomes visible before it
+ * releases its locks), never the transaction's snapshot, so the result is
+ * the same at READ COMMITTED, REPEATABLE READ and SERIALIZABLE: a concurrent
+ * advance is a stale-token error, never an accepted stale token.
+ *
+ * Why these and not row locks: SELECT ... FOR SHARE on the fence_tokens row
+ * would give the same waits, but every share lock writes the tuple's xmax
+ * (a WAL record, and a MultiXact once two transactions share it), which is
+ * what the same-token case does on every write. The lock manager keeps its
+ * locks in shared memory only: nothing is written for the common case. See
+ * BENCHMARKS.md for the measurement.
+ *
+ * Why direct heap and index access and not SPI: application roles may not
+ * write fence_tokens (REVOKE in the install script), yet their writes must
+ * advance it; table_open/CatalogTupleInsert need no table privilege and no
+ * SECURITY DEFINER wrapper with its per-call GUC switching, and a cached
+ * index lookup costs a fraction of an SPI plan execution. Writes are plain
+ * heap operations: WAL-logged, replicated, undone by rollback.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "fence_pg.h"
+
+/* field4 of our LOCKTAGs: 'F' 'E'; user advisory locks use 1 and 2 */
+#define FENCE_LOCK_CLASS 0x4645
+#define FENCE_LOCK_SEED 0x66656e6365ULL
+
+#define Anum_fence_tokens_resource		1
+#define Anum_fence_tokens_token			2
+#define Anum_fence_tokens_updated_at	3
+#define Natts_fence_tokens				3
+
+/* The token table of this database, looked up once per backend. */
+static Oid	tokensRelid = InvalidOid;
+static bool invalidationRegistered = false;
+
+static void
+forget_tokens_relid(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == tokensRelid)
+		tokensRelid = InvalidOid;
+}
+
+/* The schema the extension lives in (PostgreSQL 15 does not export one). */
+static Oid
+extension_schema(Oid extension)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			schema = InvalidOid;
+
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(extension));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		schema = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return schema;
+}
+
+static Oid
+tokens_relid(void)
+{
+	if (!OidIsValid(tokensRelid))
+	{
+		Oid			extension = get_extension_oid("fence", true);
+		Oid			schema;
+
+		if (!OidIsValid(extension))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("extension \"fence\" is not installed in this database"),
+					 errhint("Run CREATE EXTENSION fence;")));
+		schema = extension_schema(extension);
+		/* found by the extension's schema, never through search_path */
+		tokensRelid = get_relname_relid("fence_tokens", schema);
+		if (!OidIsValid(tokensRelid))
+			elog(ERROR, "fence: table fence_tokens is missing from schema %u", schema);
+		if (!invalidationRegistered)
+		{
+			CacheRegisterRelcacheCallback(forget_tokens_relid, (Datum) 0);
+			invalidationRegistered = true;
+		}
+	}
+	return tokensRelid;
+}
+
+static Relation
+open_tokens(LOCKMODE mode)
+{
+	Relation	rel = table_open(tokens_relid(), mode);
+
+	if (RelationGetDescr(rel)->natts != Natts_fence_tokens ||
+		!OidIsValid(RelationGetPrimaryKeyIndex(rel)))
+		elog(ERROR, "fence: table fence_tokens does not have the expected shape");
+	return rel;
+}
+
+/*
+ * Look the resource up in the newest committed state (and this
+ * transaction's own changes). Returns whether a row exists; *tid is its
+ * location for an update.
+ */
+static bool
+read_row(Relation rel, const char *resource, size_t len, int64 *token, ItemPointer tid)
+{
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	text	   *key_text = cstring_to_text_with_len(resource, (int) len);
+	bool		found = false;
+
+	ScanKeyInit(&key, Anum_fence_tokens_resource, BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(key_text));
+	scan = systable_beginscan(rel, RelationGetPrimaryKeyIndex(rel), true, snapshot, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+
+		*token = DatumGetInt64(heap_getattr(tuple, Anum_fence_tokens_token,
+											RelationGetDescr(rel), &isnull));
+		if (tid)
+			*tid = tuple->t_self;
+		found = true;
+	}
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	pfree(key_text);
+	return found;
+}
+
+static void
+write_row(Relation rel, const char *resource, size_t len, int64 token, bool exists,
+		  ItemPointer tid)
+{
+	Datum		values[Natts_fence_tokens];
+	bool		nulls[Natts_fence_tokens] = {false, false, false};
+	HeapTuple	tuple;
+
+	values[Anum_fence_tokens_resource - 1] =
+		PointerGetDatum(cstring_to_text_with_len(resource, (int) len));
+	values[Anum_fence_tokens_token - 1] = Int64GetDatum(token);
+	/* updated_at moves only here, when the token rises */
+	values[Anum_fence_tokens_updated_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
+	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	if (exists)
+		CatalogTupleUpdate(rel, tid, tuple);
+	else
+		CatalogTupleInsert(rel, tuple);
+	heap_freetuple(tuple);
+	/* a later advance in this same command must see this version */
+	CommandCounterIncrement();
+}
+
+static void
+resource_locktag(LOCKTAG *tag, const char *resource, size_t len)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) resource, (int) len,
+										FENCE_LOCK_SEED);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 FENCE_LOCK_CLASS);
+}
+
+/* The highest accepted token, or false when there is none. */
+bool
+fence_read_highest(const char *resource, size_t len, int64 *highest)
+{
+	Relation	rel = open_tokens(AccessShareLock);
+	bool		found = read_row(rel, resource, len, highest, NULL);
+
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * Present token for resource in this transaction: accept (and hold the
+ * fence until the transaction ends) or report stale. See the file header
+ * for the locking protocol.
+ */
+FenceOutcome
+fence_accept(const char *resource, size_t len, int64 token)
+{
+	FenceOutcome outcome = {false, 0};
+	int64		held = fence_held_token(resource, len);
+	LOCKTAG		tag;
+	LOCKMODE	mode;
+	Relation	rel;
+	int64		highest = 0;
+	bool		found;
+	ItemPointerData tid;
+	FenceVerdict verdict;
+
+	/* Held at this token: we keep a lock that nobody can advance past. */
+	if (held == token)
+		return outcome;
+
+	resource_locktag(&tag, resource, len);
+	rel = open_tokens(RowExclusiveLock);
+
+	/*
+	 * Guess the mode from the committed state: an advance needs the
+	 * exclusive lock, an equal or lower token the shared one. The guess is
+	 * checked again once the lock is ours.
+	 */
+	if (held >= 0)
+		mode = held < token ? ExclusiveLock : ShareLock;
+	else
+	{
+		found = read_row(rel, resource, len, &highest, NULL);
+		mode = (!found || token > highest) ? ExclusiveLock : ShareLock;
+	}
+
+	for (;;)
+	{
+		(void) LockAcquire(&tag, mode, false, false);
+		found = read_row(rel, resource, len, &highest, &tid);
+		verdict = fence_decide(found, highest, token);
+		if (verdict == FENCE_REJECT_STALE || mode == ExclusiveLock ||
+			verdict == FENCE_ACCEPT_EQUAL)
+			break;
+		/* the highest fell back (an advance rolled back, or a reset) */
+		LockRelease(&tag, mode, false);
+		mode = ExclusiveLock;
+	}
+
+	if (verdict == FENCE_REJECT_STALE)
+	{
+		/* a rejected token holds nothing: fence_try false leaves no wait */
+		LockRelease(&tag, mode, false);
+		outcome.stale = true;
+		outcome.highest = highest;
+	}
+	else
+	{
+		if (verdict != FENCE_ACCEPT_EQUAL)
+		{
+			PreventCommandIfReadOnly("fence_check()");
+			write_row(rel, resource, len, token, found, &tid);
+		}
+		else if (mode == ExclusiveLock)
+		{
+			/* someone else advanced to exactly our token: share it with them */
+			(void) LockAcquire(&tag, ShareLock, false, false);
+			LockRelease(&tag, ExclusiveLock, false);
+		}
+		fence_hold(resource, len, token);
+	}
+	table_close(rel, RowExclusiveLock);
+	return outcome;
+}
+
+/* fence_reset: forget the resource's highest (and this transaction's fence). */
+void
+fence_forget(const char *resource, size_t len)
+{
+	LOCKTAG		tag;
+	Relation	rel;
+	int64		highest;
+	ItemPointerData tid;
+
+	PreventCommandIfReadOnly("fence_reset()");
+	resource_locktag(&tag, resource, len);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	rel = open_tokens(RowExclusiveLock);
+	if (read_row(rel, resource, len, &highest, &tid))
+	{
+		CatalogTupleDelete(rel, &tid);
+		CommandCounterIncrement();
+	}
+	table_close(rel, RowExclusiveLock);
+	if (fence_held_token(resource, len) >= 0)
+		fence_hold(resource, len, -1);
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The PostgreSQL suites on a throwaway cluster: pg_regress over sql/ and
+# pg_isolation_regress over specs/ (expected output in expected/), then the
+# Python tests that need a server (tests/pg_*.py). One "ok - " or
+# "not ok - " line per test.
+set -u
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/pg_cluster.sh"
+cd "$FENCE_ROOT"
+pg_cluster_start || { report 1 "start a PostgreSQL cluster"; exit 1; }
+
+PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..
+RESULTS=$FENCE_ROOT/tests/results
+mkdir -p "$RESULTS"
+out=$PG_WORK/out
+mkdir -p "$out/regress" "$out/isolation"
+chown -R postgres "$out" 2>/dev/null
+
+# pg_regress in PostgreSQL 15 prints "test NAME ... ok" (or "     NAME ...").
+tap_from_pg_regress() {	# LABEL
+	sed -n -E "s/^(test )? *([A-Za-z0-9_-]+) +\.\.\. +(ok|FAILED|failed).*/\3 \2/p" |
+		while read -r status name; do
+			if [ "$status" = ok ]; then echo "ok - $1 $name"; else echo "not ok - $1 $name"; fi
+		done
+}
+
+tests=$(ls sql/*.sql 2>/dev/null | xargs -n1 basename 2>/dev/null | sed 's/\.sql$//')
+if [ -n "$tests" ]; then
+	as_postgres "$PGXS_DIR/test/regress/pg_regress" --inputdir="$PG_WORK/inputs" \
+		--outputdir="$out/regress" --bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" \
+		--user=postgres --dbname=contrib_regression $tests > "$out/regress.log" 2>&1
+	cp "$out/regress.log" "$RESULTS/pg_regress.log"
+	tap_from_pg_regress "pg regress" < "$out/regress.log"
+	grep -q "tests passed" "$out/regress.log" || grep -q "failed" "$out/regress.log" ||
+		{ report 1 "pg_regress ran"; cat "$out/regress.log"; }
+	rm -rf "$RESULTS/pg_regress"; cp -r "$out/regress/results" "$RESULTS/pg_regress" 2>/dev/null
+	cp "$out/regress/regression.diffs" "$RESULTS/pg_regression.diffs" 2>/dev/null &&
+		head -80 "$RESULTS/pg_regression.diffs" | sed 's/^/#   /'
+fi
+
+specs=$(ls specs/*.spec 2>/dev/null | xargs -n1 basename 2>/dev/null | sed 's/\.spec$//')
+if [ -n "$specs" ]; then
+	as_postgres "$PGXS_DIR/test/isolation/pg_isolation_regress" --inputdir="$PG_WORK/inputs" \
+		--outputdir="$out/isolation" --bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" \
+		--user=postgres --dbname=isolation_regression $specs > "$out/isolation.log" 2>&1
+	cp "$out/isolation.log" "$RESULTS/pg_isolation.log"
+	tap_from_pg_regress "pg isolation" < "$out/isolation.log"
+	rm -rf "$RESULTS/pg_isolation"; cp -r "$out/isolation/results" "$RESULTS/pg_isolation" 2>/dev/null
+	cp "$out/isolation/regression.diffs" "$RESULTS/pg_isolation.diffs" 2>/dev/null &&
+		head -80 "$RESULTS/pg_isolation.diffs" | sed 's/^/#   /'
+fi
+
+for t in tests/pg_*.py; do
+	[ -e "$t" ] && "$PYTHON" "$t"
+done
+exit 0
