@@ -29,7 +29,7 @@ pg_cluster_start() {
 	trap pg_cluster_stop EXIT
 	as_postgres "$PG_BINDIR/pg_ctl" -D "$PG_WORK/data" -l "$PG_WORK/server.log" -w \
 		-o "-k $PG_WORK -p $PGPORT -c listen_addresses='' -c fsync=off \
-			-c extension_destdir=$PG_WORK/install -c max_prepared_transactions=4 $PG_SERVER_OPTS" \
+			-c extension_destdir=$PG_WORK/install -c max_prepared_transactions=4 -c track_commit_timestamp=on $PG_SERVER_OPTS" \
 		start >/dev/null || { cat "$PG_WORK/server.log"; return 1; }
 	export PGHOST=$PG_WORK PGPORT PGUSER=postgres PGDATABASE=postgres
 }
