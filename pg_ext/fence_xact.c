@@ -13,6 +13,9 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 
 #include "../core/fence_held.h"
@@ -83,4 +86,31 @@ fence_hold(const char *resource, size_t len, int64 token)
 		heldReady = true;
 	}
 	(void) fence_held_set(&held, resource, len, token, GetCurrentSubTransactionId());
+}
+
+/*
+ * fence_held() (since 1.1): the fences this transaction holds, one row per
+ * resource with the token it holds it at; SQLite's fence_held table.
+ */
+PG_FUNCTION_INFO_V1(fence_held);
+Datum
+fence_held(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (i = 0; heldReady && i < held.n_entries; i++)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+
+		if (!fence_held_is_current(&held, i))
+			continue;
+		values[0] = PointerGetDatum(cstring_to_text_with_len(held.entries[i].resource,
+															 (int) held.entries[i].len));
+		values[1] = Int64GetDatum(held.entries[i].token);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }
