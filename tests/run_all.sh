@@ -37,6 +37,7 @@ step "SQLite regression suite" bash tests/run_sqlite_regress.sh
 step "SQLite regression suite under ASan and UBSan" \
 	env RUNNER=build/asan/fence_sqlite_runner EXT=build/asan/fence.so LABEL=sqlite-asan \
 	bash tests/run_sqlite_regress.sh
+step "shared corpus on SQLite" "$PYTHON" tests/corpus_runner.py --engine sqlite
 for t in tests/sqlite_*.py; do
 	[ -e "$t" ] && step "$(basename "$t")" "$PYTHON" "$t"
 done

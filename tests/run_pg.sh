@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The PostgreSQL suites on a throwaway cluster: pg_regress over sql/ and
-# pg_isolation_regress over specs/ (expected output in expected/), then the
-# Python tests that need a server (tests/pg_*.py). One "ok - " or
+# pg_isolation_regress over specs/ (expected output in expected/), the shared
+# corpus (tests/corpus), then the Python tests that need this server
+# (tests/pg_*.py). One "ok - " or
 # "not ok - " line per test.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -49,6 +50,9 @@ if [ -n "$specs" ]; then
 	cp "$out/isolation/regression.diffs" "$RESULTS/pg_isolation.diffs" 2>/dev/null &&
 		head -80 "$RESULTS/pg_isolation.diffs" | sed 's/^/#   /'
 fi
+
+# the shared corpus, on this engine
+"$PYTHON" tests/corpus_runner.py --engine pg
 
 for t in tests/pg_*.py; do
 	[ -e "$t" ] && "$PYTHON" "$t"
