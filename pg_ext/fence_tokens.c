@@ -247,17 +247,12 @@ fence_accept(const char *resource, size_t len, int64 token)
 	rel = open_tokens(RowExclusiveLock);
 
 	/*
-	 * Guess the mode from the committed state: an advance needs the
-	 * exclusive lock, an equal or lower token the shared one. The guess is
-	 * checked again once the lock is ours.
+	 * Guess the mode: the shared lock for the common case of presenting the
+	 * current highest again, the exclusive one when this transaction
+	 * already holds a lower token. The guess is checked once the lock is
+	 * ours, and an advance found then is retried in exclusive mode.
 	 */
-	if (held >= 0)
-		mode = held < token ? ExclusiveLock : ShareLock;
-	else
-	{
-		found = read_row(rel, resource, len, &highest, NULL);
-		mode = (!found || token > highest) ? ExclusiveLock : ShareLock;
-	}
+	mode = (held >= 0 && held < token) ? ExclusiveLock : ShareLock;
 
 	for (;;)
 	{
