@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# make stress: the long forms of the fault tests, with their counts.
+# Not part of make check. Ends with "N passed, N failed".
+set -u
+. "$(dirname "$0")/lib.sh"
+cd "$FENCE_ROOT"
+make -s sqlite_ext/fence.so >/dev/null
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+{
+	"$PYTHON" tests/pg_faults.py --stress
+	[ -x tests/lockservice/run.sh ] && bash tests/lockservice/run.sh --stress
+	[ -x tests/fuzz/run.sh ] && bash tests/fuzz/run.sh 300
+	[ -x tests/pg_valgrind.sh ] && bash tests/pg_valgrind.sh
+} 2>&1 | tee "$log"
+echo
+echo "$(grep -c '^ok - ' "$log") passed, $(grep -c '^not ok - ' "$log") failed"
