@@ -336,21 +336,18 @@ argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
  * SQL functions
  * ------------------------------------------------------------------ */
 
-/* fence_check(resource, token) and fence_try(resource, token) */
+/*
+ * Present a validated token and give the function's result: the token, or
+ * with bTry 1/0; a stale token raises unless bTry.
+ */
 static void
-checkOrTry(sqlite3_context *ctx, sqlite3_value **argv, int bTry)
+resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, int bTry)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
-	const char *z = NULL;
-	int			n = 0;
-	sqlite3_int64 token = 0;
 	sqlite3_int64 highest;
 	int			stale;
-	int			rc;
+	int			rc = acceptToken(conn, z, n, token, &stale, &highest);
 
-	if (!argResource(ctx, argv[0], &z, &n) || !argToken(ctx, argv[1], &token))
-		return;
-	rc = acceptToken(conn, z, n, token, &stale, &highest);
 	if (rc != SQLITE_OK)
 		resultDbError(ctx, conn, rc);
 	else if (bTry)
@@ -359,6 +356,18 @@ checkOrTry(sqlite3_context *ctx, sqlite3_value **argv, int bTry)
 		resultStale(ctx, z, n, token, highest);
 	else
 		sqlite3_result_int64(ctx, token);
+}
+
+/* fence_check(resource, token) and fence_try(resource, token) */
+static void
+checkOrTry(sqlite3_context *ctx, sqlite3_value **argv, int bTry)
+{
+	const char *z = NULL;
+	int			n = 0;
+	sqlite3_int64 token = 0;
+
+	if (argResource(ctx, argv[0], &z, &n) && argToken(ctx, argv[1], &token))
+		resultAccept(ctx, z, n, token, bTry);
 }
 
 static void
@@ -426,15 +435,11 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 static void
 fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-	FenceConn  *conn = sqlite3_user_data(ctx);
 	char		buf[FENCE_RESOURCE_MAX + 1];
 	const char *z = NULL;
 	int			n = 0;
 	sqlite3_int64 token = 0;
-	sqlite3_int64 highest;
 	sqlite3_value *tokenArg = argv[argc - 1];
-	int			stale;
-	int			rc;
 
 	if (argc == 2 ? !argResource(ctx, argv[0], &z, &n)
 		: !argKeyResource(ctx, argv[0], argv[1], buf, &z, &n))
@@ -444,15 +449,8 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		resultMissing(ctx, FENCE_MISSING_NULL_TOKEN, z, n);
 		return;
 	}
-	if (!argToken(ctx, tokenArg, &token))
-		return;
-	rc = acceptToken(conn, z, n, token, &stale, &highest);
-	if (rc != SQLITE_OK)
-		resultDbError(ctx, conn, rc);
-	else if (stale)
-		resultStale(ctx, z, n, token, highest);
-	else
-		sqlite3_result_int64(ctx, token);
+	if (argToken(ctx, tokenArg, &token))
+		resultAccept(ctx, z, n, token, 0);
 }
 
 /*

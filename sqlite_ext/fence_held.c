@@ -248,26 +248,28 @@ vtabConn(sqlite3_vtab *pVtab)
 	return ((HeldVtab *) pVtab)->conn;
 }
 
+/* A transaction begins (bEnlisted 1) or ends (0): it holds nothing yet. */
 static int
-heldBegin(sqlite3_vtab *pVtab)
+heldStartOver(sqlite3_vtab *pVtab, int bEnlisted)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
 	fence_held_clear(&conn->held);
 	conn->nMark = 0;
-	conn->bEnlisted = 1;
+	conn->bEnlisted = bEnlisted;
 	return SQLITE_OK;
+}
+
+static int
+heldBegin(sqlite3_vtab *pVtab)
+{
+	return heldStartOver(pVtab, 1);
 }
 
 static int
 heldEnd(sqlite3_vtab *pVtab)
 {
-	FenceConn  *conn = vtabConn(pVtab);
-
-	fence_held_clear(&conn->held);
-	conn->nMark = 0;
-	conn->bEnlisted = 0;
-	return SQLITE_OK;
+	return heldStartOver(pVtab, 0);
 }
 
 static int

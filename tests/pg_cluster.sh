@@ -31,7 +31,7 @@ pg_cluster_start() {
 		-o "-k $PG_WORK -p $PGPORT -c listen_addresses='' -c fsync=off \
 			-c extension_destdir=$PG_WORK/install -c max_prepared_transactions=4 -c track_commit_timestamp=on $PG_SERVER_OPTS" \
 		start >/dev/null || { cat "$PG_WORK/server.log"; return 1; }
-	export PGHOST=$PG_WORK PGPORT PGUSER=postgres PGDATABASE=postgres
+	export PGHOST=$PG_WORK PGPORT PGUSER=postgres PGDATABASE=postgres PG_WORK
 }
 
 pg_cluster_stop() {

@@ -8,7 +8,14 @@ set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pg_cluster.sh"
 cd "$FENCE_ROOT"
-pg_cluster_start || { report 1 "start a PostgreSQL cluster"; exit 1; }
+# --use-running: a caller (tests/pg_valgrind.sh) already started the server
+# with pg_cluster_start and its own options; run the suites against it only.
+if [ "${1:-}" = --use-running ]; then
+	using_running=1
+else
+	using_running=0
+	pg_cluster_start || { report 1 "start a PostgreSQL cluster"; exit 1; }
+fi
 
 PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..
 RESULTS=$FENCE_ROOT/tests/results
@@ -54,6 +61,7 @@ fi
 # the shared corpus, on this engine
 "$PYTHON" tests/corpus_runner.py --engine pg
 
+[ "$using_running" -eq 1 ] && exit 0
 for t in tests/pg_*.py; do
 	[ -e "$t" ] && "$PYTHON" "$t"
 done
