@@ -25,19 +25,29 @@ as_postgres valgrind --quiet --trace-children=yes --error-limit=no --num-callers
 	>"$PG_WORK/server.log" 2>&1 &
 vg_pid=$!
 stop_valgrind() {
-	kill -INT "$vg_pid" 2>/dev/null
+	# pg_ctl finds the postmaster by its pid file; runuser does not pass
+	# signals on
+	as_postgres "$PG_BINDIR/pg_ctl" -D "$PG_WORK/data" -m fast -w -t 120 stop >/dev/null 2>&1
 	wait "$vg_pid" 2>/dev/null
 	pg_cluster_stop
 }
 trap stop_valgrind EXIT
+ready=1
 for _ in $(seq 1 120); do
-	"$PG_BINDIR/pg_isready" -q -h "$PG_WORK" -p "$PGPORT" && break
+	"$PG_BINDIR/pg_isready" -q -h "$PG_WORK" -p "$PGPORT" && { ready=0; break; }
+	kill -0 "$vg_pid" 2>/dev/null || break
 	sleep 1
 done
+report $ready "valgrind: the server starts under valgrind"
+[ $ready -eq 0 ] || { cat "$PG_WORK"/vg/*.log | head -20 | sed 's/^/#   /'; exit 0; }
 
-bash tests/run_pg.sh --use-running >/dev/null 2>&1
-status=$?
-kill -INT "$vg_pid" 2>/dev/null
+bash tests/run_pg.sh --use-running > "$PG_WORK/suites.log" 2>&1
+passed=$(grep -c '^ok - ' "$PG_WORK/suites.log")
+failed=$(grep -c '^not ok - ' "$PG_WORK/suites.log")
+echo "# valgrind: suites under valgrind: $passed passed, $failed failed"
+grep '^not ok - ' "$PG_WORK/suites.log" | sed 's/^/#   /'
+status=$(( failed > 0 || passed == 0 ))
+as_postgres "$PG_BINDIR/pg_ctl" -D "$PG_WORK/data" -m fast -w -t 120 stop >/dev/null 2>&1
 wait "$vg_pid" 2>/dev/null
 RESULTS=tests/results/valgrind
 rm -rf "$RESULTS" && mkdir -p "$RESULTS"
@@ -48,6 +58,6 @@ for f in "$PG_WORK"/vg/*.log; do
 		cp "$f" "$RESULTS/"
 	fi
 done
-echo "# valgrind: $(ls "$PG_WORK"/vg | wc -l) processes traced, $errors with memcheck errors"
+echo "# valgrind: $(ls "$PG_WORK"/vg | wc -l) log files, $errors with memcheck errors (kept in $RESULTS)"
 report $status "valgrind: pg_regress, isolation and corpus suites pass with the server under valgrind"
 report $errors "valgrind: no memcheck error in any server process"
