@@ -100,6 +100,20 @@ def sqlstate_of(fn):
     return None
 
 
+def sqlstate_in_transaction(connect, sql, args=(), setup=None):
+    """Run sql in its own transaction: commit it if it passes, roll it back
+    if not; return the SQLSTATE it raised, or None."""
+    with connect() as t:
+        if setup:
+            t.execute(setup)
+        state = sqlstate_of(lambda: t.execute(sql, args))
+        if state is None:
+            t.commit()
+        else:
+            t.rollback()
+        return state
+
+
 # ---------------------------------------------------------------------------
 # processes and temporary directories: everything started is stopped
 
@@ -847,13 +861,7 @@ def failover(primary, standby):
          ["fence_current('ledger') = %r, expected 5" % cur, "ledger %r" % ledger])
 
     def attempt(sql, args=()):
-        with standby.connect(autocommit=False) as t:
-            st_ = sqlstate_of(lambda: t.execute(sql, args))
-            if st_ is None:
-                t.commit()
-            else:
-                t.rollback()
-            return st_
+        return sqlstate_in_transaction(lambda: standby.connect(autocommit=False), sql, args)
     got = {
         "stale ledger insert": attempt("INSERT INTO ledger(tok, note) VALUES (4, 'stale')"),
         "stale acct update": attempt("UPDATE acct SET tok = 6, bal = 0 WHERE id = 2"),
@@ -955,15 +963,9 @@ def scenario_dump(cl):
             R.ok(data == src_data, "%s: the protected tables' rows are equal" % label)
 
             def attempt(sql):
-                with cl.connect(dst, autocommit=False) as t:
-                    if schema != "public":
-                        t.execute("SET search_path = public, %s" % schema)
-                    st_ = sqlstate_of(lambda: t.execute(sql))
-                    if st_ is None:
-                        t.commit()
-                    else:
-                        t.rollback()
-                    return st_
+                return sqlstate_in_transaction(
+                    lambda: cl.connect(dst, autocommit=False), sql,
+                    setup=None if schema == "public" else "SET search_path = public, %s" % schema)
             got = {
                 "stale ledger insert": attempt("INSERT INTO ledger(tok, note) VALUES (7, 'x')"),
                 "stale acct update": attempt("UPDATE acct SET tok = 10 WHERE id = 1"),
