@@ -105,46 +105,75 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 	return sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 }
 
+/*
+ * A cached statement fails when fence_tokens went away under it: a
+ * transaction that created the table on first use rolled back, or somebody
+ * dropped it. Forget the statements that named it, so that the next use
+ * prepares them again (and creates the table, for a writer).
+ */
+static int
+tokenTableVanished(FenceConn *conn, int rc)
+{
+	if (rc == SQLITE_ROW || rc == SQLITE_DONE || tokenTableExists(conn))
+		return 0;
+	sqlite3_finalize(conn->pSelectToken);
+	sqlite3_finalize(conn->pAdvanceToken);
+	sqlite3_finalize(conn->pDeleteToken);
+	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = NULL;
+	return 1;
+}
+
 /* *pHas = 0 when the resource has no highest token (or there is no table). */
 static int
 readHighest(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 			sqlite3_int64 *pHighest)
 {
-	int			rc = prepareTokenStmt(conn, &conn->pSelectToken, selectTokenSql, bCreate);
+	int			attempt;
+	int			rc = SQLITE_OK;
 
 	*pHas = 0;
 	*pHighest = 0;
-	if (rc != SQLITE_OK || conn->pSelectToken == NULL)
-		return rc;
-	sqlite3_bind_text(conn->pSelectToken, 1, z, n, SQLITE_STATIC);
-	rc = sqlite3_step(conn->pSelectToken);
-	if (rc == SQLITE_ROW)
+	for (attempt = 0; attempt < 2; attempt++)
 	{
-		*pHas = 1;
-		*pHighest = sqlite3_column_int64(conn->pSelectToken, 0);
-		rc = SQLITE_OK;
+		rc = prepareTokenStmt(conn, &conn->pSelectToken, selectTokenSql, bCreate);
+		if (rc != SQLITE_OK || conn->pSelectToken == NULL)
+			return rc;
+		sqlite3_bind_text(conn->pSelectToken, 1, z, n, SQLITE_STATIC);
+		rc = sqlite3_step(conn->pSelectToken);
+		if (rc == SQLITE_ROW)
+		{
+			*pHas = 1;
+			*pHighest = sqlite3_column_int64(conn->pSelectToken, 0);
+		}
+		sqlite3_reset(conn->pSelectToken);
+		sqlite3_clear_bindings(conn->pSelectToken);
+		if (!tokenTableVanished(conn, rc))
+			break;
 	}
-	else if (rc == SQLITE_DONE)
-		rc = SQLITE_OK;
-	sqlite3_reset(conn->pSelectToken);
-	sqlite3_clear_bindings(conn->pSelectToken);
-	return rc;
+	return (rc == SQLITE_ROW || rc == SQLITE_DONE) ? SQLITE_OK : rc;
 }
 
 static int
 runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
 			 int n, sqlite3_int64 token)
 {
-	int			rc = prepareTokenStmt(conn, pp, sql, 1);
+	int			attempt;
+	int			rc = SQLITE_OK;
 
-	if (rc != SQLITE_OK)
-		return rc;
-	sqlite3_bind_text(*pp, 1, z, n, SQLITE_STATIC);
-	if (sqlite3_bind_parameter_count(*pp) >= 2)
-		sqlite3_bind_int64(*pp, 2, token);
-	rc = sqlite3_step(*pp);
-	sqlite3_reset(*pp);
-	sqlite3_clear_bindings(*pp);
+	for (attempt = 0; attempt < 2; attempt++)
+	{
+		rc = prepareTokenStmt(conn, pp, sql, 1);
+		if (rc != SQLITE_OK)
+			return rc;
+		sqlite3_bind_text(*pp, 1, z, n, SQLITE_STATIC);
+		if (sqlite3_bind_parameter_count(*pp) >= 2)
+			sqlite3_bind_int64(*pp, 2, token);
+		rc = sqlite3_step(*pp);
+		sqlite3_reset(*pp);
+		sqlite3_clear_bindings(*pp);
+		if (!tokenTableVanished(conn, rc))
+			break;
+	}
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 

@@ -19,3 +19,13 @@ INSERT INTO fence_tokens VALUES ('bad', '7', 'now');
 -- a long resource is shortened in the message, control bytes shown as ?
 SELECT fence_check(printf('%.*c', 300, 'x'), 5), fence_check(printf('%.*c', 300, 'x'), 4);
 SELECT fence_check('tab' || char(9) || 'bed', 5), fence_check('tab' || char(9) || 'bed', 4);
+-- fence_tokens created by a transaction that rolls back goes with it, and
+-- fence works on (found by tests/fuzz)
+DROP TABLE fence_tokens;
+BEGIN;
+SELECT fence_check('first-use', 1);
+ROLLBACK;
+SELECT count(*) FROM sqlite_schema WHERE name = 'fence_tokens';
+SELECT quote(fence_current('first-use'));
+SELECT fence_check('first-use', 2);
+SELECT fence_current('first-use');
