@@ -16,8 +16,12 @@
 /* A resource is non-empty text of at most this many bytes. */
 #define FENCE_RESOURCE_MAX 1024
 
-/* Room for any message the core formats (resources are shown shortened). */
-#define FENCE_MSG_MAX 512
+/*
+ * Room for any message the core formats, whole: a resource is shown at most
+ * 200 bytes long, and the longest form (SQLite's one line, which names the
+ * resource twice, both tokens and the hint) stays under 700 bytes.
+ */
+#define FENCE_MSG_MAX 1024
 
 /* The outcome of presenting a token against a resource's highest. */
 typedef enum FenceVerdict

@@ -116,8 +116,9 @@ main(void)
 		   "a long resource is shortened");
 	fence_msg_stale(buf, "a\nb\0c", 5, 1);
 	expect(strstr(buf, "\"a?b?c\"") != NULL, "control bytes are shown as ?");
-	fence_line_stale(buf, big, 1024, INT64_MAX, INT64_MAX);
-	expect(strlen(buf) < FENCE_MSG_MAX, "the longest line fits its buffer");
+	fence_line_stale(buf, big, 1024, INT64_MAX - 1, INT64_MAX);
+	expect(strlen(buf) < FENCE_MSG_MAX && strstr(buf, "is 9223372036854775807.") &&
+		   strstr(buf, "fails again.)"), "the longest line is whole, highest and hint included");
 
 	fence_msg_invalid(buf, "token", FENCE_NEGATIVE, 0, -7);
 	expect(strcmp(buf, "invalid fencing token: -7 is negative") == 0, "invalid token message");

@@ -41,6 +41,9 @@ step "shared corpus on SQLite" "$PYTHON" tests/corpus_runner.py --engine sqlite
 for t in tests/sqlite_*.py; do
 	[ -e "$t" ] && step "$(basename "$t")" "$PYTHON" "$t"
 done
+if [ -x tests/fuzz/run.sh ]; then
+	step "fuzzers, a short run (make fuzz runs longer)" bash tests/fuzz/run.sh 10
+fi
 demo_check() {	# make demo must keep telling its story: exit 0 only if both runs do
 	"$PYTHON" demo/zombie_lease.py >/dev/null
 	report $? "make demo: the zombie's write lands with the fence off and is refused with it on"
