@@ -69,11 +69,8 @@ class Timeline:
     def __init__(self):
         self.start = time.monotonic()
 
-    def at(self, when=None):
-        return (time.monotonic() if when is None else when) - self.start
-
     def say(self, who, what, colour=None):
-        line = f"  t+{self.at():.2f}s  {who:<13} {what}"
+        line = f"  t+{time.monotonic() - self.start:.2f}s  {who:<13} {what}"
         print(paint(line, colour) if colour else line, flush=True)
 
 
@@ -129,8 +126,8 @@ class LockService:
 
 
 def die_with_parent():
-    # A stopped child would otherwise outlive a parent killed outright;
-    # SIGKILL reaches a stopped process, SIGTERM would wait for SIGCONT.
+    # A parent killed outright (SIGKILL) gets no chance to resume and reap
+    # its clients; without this a stopped A would linger for ever.
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_PDEATHSIG = 1
@@ -166,9 +163,10 @@ def client_main(name, db_path, conn, inherited):
                     _, token, ttl = reply
                     expires = asked + ttl
                     break
-                if reply[0] != "busy":
-                    return  # "quit": the parent is shutting the run down
-                time.sleep(reply[1] + RETRY_MARGIN)
+                # Waiting on the pipe rather than sleeping: a "quit" from the
+                # parent ends the wait at once.
+                if reply[0] != "busy" or conn.poll(reply[1] + RETRY_MARGIN):
+                    return
             n = db.execute("SELECT n FROM counter WHERE id = 1").fetchone()[0]
             left = expires - time.monotonic()
             # The check every careful lease client makes; it passes for A too,
@@ -256,7 +254,7 @@ class Run:
                 wait = min(wait, expiry)
             if conn.poll(max(0.0, wait)):
                 msg = conn.recv()
-            elif time.monotonic() >= deadline:
+            elif service is None or time.monotonic() >= deadline:
                 raise RuntimeError(f"client {name} did not answer within {STEP_LIMIT:.0f}s")
             else:
                 service.tick()
@@ -425,7 +423,7 @@ def main():
     began = time.monotonic()
     try:
         off = Run(fence_on=False)()
-        print()
+        print(flush=True)  # before the next fork, or the children repeat it
         on = Run(fence_on=True)()
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

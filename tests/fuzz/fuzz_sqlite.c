@@ -3,8 +3,10 @@
  *
  * libFuzzer target for the SQLite extension. The extension's sources are
  * linked in unchanged and registered with sqlite3_auto_extension, so SQLite
- * hands them its real API table just as load_extension would. Each input
- * gets a fresh in-memory database with three protected tables and is
+ * hands them its real API table just as load_extension would. Inputs run
+ * against one in-memory database with three protected tables, brought back
+ * to the same state before each (one input in eight gets a fresh bare
+ * connection instead, where fence_tokens does not exist yet), and each is
  * decoded into a sequence of SQL calls: every fence function with values of
  * every storage class and length (NULL, int64 and double extremes, text and
  * blobs of arbitrary bytes up to ~2100 bytes, UTF-16, zeroblobs), writes to
@@ -22,7 +24,6 @@
 #include <sqlite3.h>
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1164,9 +1165,10 @@ opResource(FuzzInput *in, int which)
 }
 
 /*
- * Writes to the protected tables. t has one fence "r"; k one per row,
- * "p:" || id; u one per row on its INTEGER PRIMARY KEY (an AFTER INSERT
- * guard), "u:" || id, unless a fuzzed fence_protect has replaced it.
+ * Writes to the tables. t has one fence "r"; k one per row, "p:" || id; u
+ * one per row on its INTEGER PRIMARY KEY (an AFTER INSERT guard),
+ * "u:" || id; x whatever guard fuzzed fence_protect calls gave it, so
+ * writes to x are held only to the rules that hold for any guard.
  */
 enum
 {
@@ -1389,8 +1391,8 @@ opTransaction(FuzzInput *in)
 }
 
 /*
- * fence_protect and fence_unprotect with fuzzed arguments, on u only: t and
- * k keep the guard the other checks rely on.
+ * fence_protect and fence_unprotect with fuzzed arguments, on x only: t, k
+ * and u keep the guards the other checks rely on.
  */
 static void
 opProtect(FuzzInput *in)
