@@ -220,6 +220,25 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		rc = runTokenStmt(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token);
 		if (rc != SQLITE_OK)
 			return rc;
+
+		/*
+		 * No row changed: another connection raised the highest between our
+		 * read and our write. That can only happen when there is no open
+		 * transaction to hold the write lock (an autocommit SELECT, whose
+		 * enlisting statement has already committed); judge again.
+		 */
+		if (sqlite3_changes(conn->db) == 0)
+		{
+			rc = readHighest(conn, z, n, 1, &has, &highest);
+			if (rc != SQLITE_OK)
+				return rc;
+			if (!fence_verdict_accepts(fence_decide(has, highest, token)))
+			{
+				*pStale = 1;
+				*pHighest = highest;
+				return SQLITE_OK;
+			}
+		}
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
 	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token)

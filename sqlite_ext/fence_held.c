@@ -68,6 +68,7 @@ typedef struct HeldCursor
 {
 	sqlite3_vtab_cursor base;
 	int			i;				/* current entry of the log */
+	int			nEnd;			/* log length when the scan began */
 } HeldCursor;
 
 static int
@@ -175,7 +176,13 @@ cursorSettle(HeldCursor *cur)
 {
 	FenceHeld  *held = cursorHeld(&cur->base);
 
-	while (cur->i < held->n_entries && !fence_held_is_current(held, cur->i))
+	/*
+	 * A scan that takes fences (SELECT fence_check(...) FROM fence_held)
+	 * appends to the log it reads: stop where the log ended when it began.
+	 */
+	if (cur->nEnd > held->n_entries)
+		cur->nEnd = held->n_entries;
+	while (cur->i < cur->nEnd && !fence_held_is_current(held, cur->i))
 		cur->i++;
 }
 
@@ -190,6 +197,7 @@ heldFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
 	(void) argc;
 	(void) argv;
 	cur->i = 0;
+	cur->nEnd = cursorHeld(pCur)->n_entries;
 	cursorSettle(cur);
 	return SQLITE_OK;
 }
@@ -207,7 +215,7 @@ heldNext(sqlite3_vtab_cursor *pCur)
 static int
 heldEof(sqlite3_vtab_cursor *pCur)
 {
-	return ((HeldCursor *) pCur)->i >= cursorHeld(pCur)->n_entries;
+	return ((HeldCursor *) pCur)->i >= ((HeldCursor *) pCur)->nEnd;
 }
 
 static int
