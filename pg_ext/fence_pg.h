@@ -30,6 +30,13 @@ extern FenceOutcome fence_accept(const char *resource, size_t len, int64 token);
 extern bool fence_read_highest(const char *resource, size_t len, int64 *highest);
 extern void fence_forget(const char *resource, size_t len);
 
+/* fence_token_cache.c: the highest per resource, remembered between reads */
+extern void fence_cache_attach(Relation tokens);
+extern bool fence_cache_enabled(void);
+extern bool fence_cache_lookup(uint64 hash, const char *resource, size_t len, int64 *highest);
+extern void fence_cache_store(uint64 hash, const char *resource, size_t len, int64 highest);
+extern void fence_cache_signal(Relation tokens);
+
 /* fence_xact.c: what this transaction holds */
 extern void fence_xact_init(void);
 extern int64 fence_held_token(const char *resource, size_t len);

@@ -139,6 +139,7 @@ open_tokens(LOCKMODE mode)
 	if (RelationGetDescr(rel)->natts != Natts_fence_tokens ||
 		!OidIsValid(RelationGetPrimaryKeyIndex(rel)))
 		elog(ERROR, "fence: table fence_tokens does not have the expected shape");
+	fence_cache_attach(rel);
 	return rel;
 }
 
@@ -196,11 +197,13 @@ write_row(Relation rel, const char *resource, size_t len, int64 token, bool exis
 	else
 		CatalogTupleInsert(rel, tuple);
 	heap_freetuple(tuple);
+	fence_cache_signal(rel);
 	/* a later advance in this same command must see this version */
 	CommandCounterIncrement();
 }
 
-static void
+/* The resource's lock; returns the 64-bit hash it is named by. */
+static uint64
 resource_locktag(LOCKTAG *tag, const char *resource, size_t len)
 {
 	uint64		h = hash_bytes_extended((const unsigned char *) resource, (int) len,
@@ -208,6 +211,7 @@ resource_locktag(LOCKTAG *tag, const char *resource, size_t len)
 
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 FENCE_LOCK_CLASS);
+	return h;
 }
 
 /* The highest accepted token, or false when there is none. */
@@ -232,7 +236,9 @@ fence_accept(const char *resource, size_t len, int64 token)
 	FenceOutcome outcome = {false, 0};
 	int64		held = fence_held_token(resource, len);
 	LOCKTAG		tag;
+	uint64		hash;
 	LOCKMODE	mode;
+	bool		locked = false;
 	Relation	rel;
 	int64		highest = 0;
 	bool		found;
@@ -243,8 +249,7 @@ fence_accept(const char *resource, size_t len, int64 token)
 	if (held == token)
 		return outcome;
 
-	resource_locktag(&tag, resource, len);
-	rel = open_tokens(RowExclusiveLock);
+	hash = resource_locktag(&tag, resource, len);
 
 	/*
 	 * Guess the mode: the shared lock for the common case of presenting the
@@ -254,9 +259,30 @@ fence_accept(const char *resource, size_t len, int64 token)
 	 */
 	mode = (held >= 0 && held < token) ? ExclusiveLock : ShareLock;
 
+	/*
+	 * The common case, answered from the cache (fence_token_cache.c): with
+	 * the lock granted and every invalidation committed before the grant
+	 * processed, a remembered highest equal to the token is still the
+	 * highest.
+	 */
+	if (mode == ShareLock && fence_cache_enabled())
+	{
+		(void) LockAcquire(&tag, ShareLock, false, false);
+		locked = true;
+		AcceptInvalidationMessages();
+		if (fence_cache_lookup(hash, resource, len, &highest) && highest == token)
+		{
+			fence_hold(resource, len, token);
+			return outcome;
+		}
+	}
+
+	rel = open_tokens(RowExclusiveLock);
 	for (;;)
 	{
-		(void) LockAcquire(&tag, mode, false, false);
+		if (!locked)
+			(void) LockAcquire(&tag, mode, false, false);
+		locked = false;
 		found = read_row(rel, resource, len, &highest, &tid);
 		verdict = fence_decide(found, highest, token);
 		if (verdict == FENCE_REJECT_STALE || mode == ExclusiveLock ||
@@ -287,6 +313,11 @@ fence_accept(const char *resource, size_t len, int64 token)
 			(void) LockAcquire(&tag, ShareLock, false, false);
 			LockRelease(&tag, ExclusiveLock, false);
 		}
+		else
+		{
+			/* read under our ShareLock: nobody can advance past it meanwhile */
+			fence_cache_store(hash, resource, len, highest);
+		}
 		fence_hold(resource, len, token);
 	}
 	table_close(rel, RowExclusiveLock);
@@ -309,6 +340,7 @@ fence_forget(const char *resource, size_t len)
 	if (read_row(rel, resource, len, &highest, &tid))
 	{
 		CatalogTupleDelete(rel, &tid);
+		fence_cache_signal(rel);
 		CommandCounterIncrement();
 	}
 	table_close(rel, RowExclusiveLock);

@@ -21,7 +21,13 @@ ROLLBACK TO s;
 SELECT * FROM fence_held() ORDER BY resource;
 COMMIT;
 SELECT * FROM fence_held();
--- the data and the guard came through the upgrade
+-- 1.2: the objects that keep each backend's token cache true
+SELECT count(*) FROM pg_trigger WHERE tgname = 'fence_tokens_changed';
+ALTER EXTENSION fence UPDATE TO '1.2';
+SELECT extversion FROM pg_extension WHERE extname = 'fence';
+SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'fence_tokens'::regclass;
+SELECT typname, typtype FROM pg_type WHERE typname = 'fence_cache_signal';
+-- the data and the guard came through the upgrades
 SELECT resource, token FROM fence_tokens WHERE resource LIKE 'up:%' ORDER BY resource;
 INSERT INTO up VALUES (2, 4);
 \echo :LAST_ERROR_SQLSTATE

@@ -956,9 +956,12 @@ def scenario_dump(cl):
             R.ok(rows == src_rows and len(rows) == 5, "%s: fence_tokens rows are equal" % label,
                  ["source %r" % src_rows, "restored %r" % rows])
             trig = trigger_defs(d)
-            R.ok(trig == src_trig and len(trig) == 6,
+            R.ok(trig == src_trig and len(trig) == 7,
                  "%s: the guard triggers exist on every restored protected table" % label,
                  ["source %r" % src_trig, "restored %r" % trig])
+            R.ok(d.execute("SELECT tgenabled FROM pg_trigger WHERE tgname = 'fence_tokens_changed'")
+                 .fetchall() == [("A",)],
+                 "%s: fence_tokens keeps its change trigger, enabled ALWAYS" % label)
             data = table_data(d)
             R.ok(data == src_data, "%s: the protected tables' rows are equal" % label)
 
@@ -1012,7 +1015,7 @@ def trigger_defs(conn):
     return conn.execute(
         "SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t "
         "JOIN pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal "
-        "ORDER BY 1, 2").fetchall()
+        "ORDER BY 1, 2").fetchall()   # the guards and fence_tokens' own change trigger
 
 
 def table_data(conn):

@@ -25,11 +25,19 @@ mkdir -p "$out/regress" "$out/isolation"
 chown -R postgres "$out" 2>/dev/null
 
 # pg_regress in PostgreSQL 15 prints "test NAME ... ok" (or "     NAME ...").
-tap_from_pg_regress() {	# LABEL
-	sed -n -E "s/^(test )? *([A-Za-z0-9_-]+) +\.\.\. +(ok|FAILED|failed).*/\3 \2/p" |
-		while read -r status name; do
-			if [ "$status" = ok ]; then echo "ok - $1 $name"; else echo "not ok - $1 $name"; fi
-		done
+tap_from_pg_regress() {	# LABEL LOG TEST...: one line per test; a test the log does not report failed
+	local label=$1 log=$2 name status
+	shift 2
+	for name in "$@"; do
+		status=$(sed -n -E "s/^(test )? *$name +\.\.\. +(ok|FAILED|failed).*/\2/p" "$log" | head -1)
+		if [ "$status" = ok ]; then
+			echo "ok - $label $name"
+		elif [ -n "$status" ]; then
+			echo "not ok - $label $name"
+		else
+			echo "not ok - $label $name (no result: missing expected output, or the run stopped)"
+		fi
+	done
 }
 
 tests=$(ls sql/*.sql 2>/dev/null | xargs -n1 basename 2>/dev/null | sed 's/\.sql$//')
@@ -38,7 +46,7 @@ if [ -n "$tests" ]; then
 		--outputdir="$out/regress" --bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" \
 		--user=postgres --dbname=contrib_regression $tests > "$out/regress.log" 2>&1
 	cp "$out/regress.log" "$RESULTS/pg_regress.log"
-	tap_from_pg_regress "pg regress" < "$out/regress.log"
+	tap_from_pg_regress "pg regress" "$out/regress.log" $tests
 	grep -q "tests passed" "$out/regress.log" || grep -q "failed" "$out/regress.log" ||
 		{ report 1 "pg_regress ran"; cat "$out/regress.log"; }
 	rm -rf "$RESULTS/pg_regress"; cp -r "$out/regress/results" "$RESULTS/pg_regress" 2>/dev/null
@@ -52,7 +60,7 @@ if [ -n "$specs" ]; then
 		--outputdir="$out/isolation" --bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" \
 		--user=postgres --dbname=isolation_regression $specs > "$out/isolation.log" 2>&1
 	cp "$out/isolation.log" "$RESULTS/pg_isolation.log"
-	tap_from_pg_regress "pg isolation" < "$out/isolation.log"
+	tap_from_pg_regress "pg isolation" "$out/isolation.log" $specs
 	rm -rf "$RESULTS/pg_isolation"; cp -r "$out/isolation/results" "$RESULTS/pg_isolation" 2>/dev/null
 	cp "$out/isolation/regression.diffs" "$RESULTS/pg_isolation.diffs" 2>/dev/null &&
 		head -80 "$RESULTS/pg_isolation.diffs" | sed 's/^/#   /'
