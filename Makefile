@@ -6,7 +6,8 @@
 #   make demo       the zombie-lease demo on an embedded SQLite file
 #   make pg         build the PostgreSQL extension (pg_ext/, PGXS)
 #   make install    install the PostgreSQL extension (root)
-#   make bench-mechanism  the same-token mechanism against a row lock
+#   make bench      what the fence costs, against the baselines (BENCHMARKS.md;
+#                   about 25 min); make bench-quick: the smoke form, < 1 min
 #   make stress     the long fault tests (make fuzz: the fuzzers, longer)
 #
 # The PostgreSQL extension is built by PGXS in pg_ext/ (see pg_ext/Makefile);
@@ -31,7 +32,7 @@ ASAN_EXT    = build/asan/fence.so
 RUNNER      = build/fence_sqlite_runner
 ASAN_RUNNER = build/asan/fence_sqlite_runner
 
-.PHONY: all sqlite pg install check check-deps check-sqlite demo bench-mechanism \
+.PHONY: all sqlite pg install check check-deps check-sqlite demo bench bench-quick \
 	fuzz stress clean
 
 all: sqlite
@@ -78,10 +79,12 @@ check-sqlite: $(SQLITE_EXT) $(RUNNER)
 demo: check-deps $(SQLITE_EXT)
 	@$(PYTHON) demo/zombie_lease.py
 
-# make bench / make bench-quick arrive with issue 4; for now the one
-# measurement of the same-token mechanism:
-bench-mechanism: check-deps
-	@bash bench/mechanism.sh
+# Not part of make check: nothing in the tests asserts on a timing.
+bench: check-deps
+	@bash bench/run.sh
+
+bench-quick: check-deps
+	@bash bench/run.sh --quick
 
 fuzz: check-deps
 	@bash tests/fuzz/run.sh 120

@@ -1,0 +1,337 @@
+"""bench/report.py: the tables of BENCHMARKS.md from bench/run.sh's raw results.
+
+    report.py RAW.tsv                     print the generated Markdown
+    report.py --splice BENCHMARKS.md MD   put MD between the markers of
+                                          BENCHMARKS.md (or create it)
+
+Every ratio is a ratio of medians from the same run: a variant's median over
+the unfenced median of the same cell (clients, mode, operation). The spread
+columns give the lowest and highest per-run ratio, paired within a run, as a
+measure of the noise. Targets are those of issue 4; each is reported met or
+missed, never asserted.
+"""
+import collections
+import statistics
+import sys
+
+BEGIN = "<!-- BEGIN bench/run.sh: generated, do not edit by hand -->"
+END = "<!-- END bench/run.sh -->"
+
+PG_UPDATE = [
+    ("plain", "unfenced UPDATE (the limit)"),
+    ("floor", "floor: C trigger suppress_redundant_updates_trigger()"),
+    ("fenced", "**fence_protect, same token**"),
+    ("plpgsql", "PL/pgSQL trigger, row lock (FOR SHARE)"),
+    ("advlock", "PL/pgSQL trigger, advisory lock"),
+    ("optimistic", "optimistic UPDATE ... WHERE version = N"),
+    ("txn", "BEGIN; fence_check; UPDATE; COMMIT"),
+    ("advance", "fence_protect, token advance every write"),
+]
+PG_INSERT = [
+    ("plain", "unfenced INSERT (the limit)"),
+    ("fenced", "**fence_protect, same token**"),
+    ("plpgsql", "PL/pgSQL trigger, row lock (FOR SHARE)"),
+]
+SQLITE = [
+    ("plain", "unfenced (the limit)"),
+    ("floor", "floor: empty triggers of fence's shape"),
+    ("fenced", "**fence_protect, same token**"),
+    ("sqltrig", "pure-SQL trigger"),
+]
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def fmt_rate(x):
+    if x is None:
+        return "n/a"
+    return f"{x:,.0f}"
+
+
+def fmt_ratio(x):
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def load(path):
+    info = {}
+    pg = collections.defaultdict(dict)        # (c, mode, op, v) -> {run: tps}
+    pgwal = collections.defaultdict(list)     # (c, mode, op, v) -> [bytes/txn]
+    sq = collections.defaultdict(dict)        # (op, rows, v) -> {run: rate}
+    sqmem = collections.defaultdict(list)     # v -> [(txns, bytes)]
+    pgmem = collections.defaultdict(dict)     # v -> {(phase, key): kB}
+    with open(path) as f:
+        for line in f:
+            p = line.rstrip("\n").split("\t")
+            if p[0] == "info":
+                info[p[1]] = p[2] if len(p) > 2 else ""
+            elif p[0] == "pg":
+                _, run, c, mode, op, v, tps, wal = p
+                if tps != "NA" and tps:
+                    pg[(int(c), mode, op, v)][int(run)] = float(tps)
+                if wal not in ("NA", ""):
+                    pgwal[(int(c), mode, op, v)].append(float(wal))
+            elif p[0] == "sqlite":
+                _, run, op, rows, v, rate = p
+                sq[(op, int(rows), v)][int(run)] = float(rate)
+            elif p[0] == "sqlitemem":
+                sqmem[p[1]].append((int(p[2]), int(p[3])))
+            elif p[0] == "pgmem" and len(p) == 5:
+                pgmem[p[1]][(p[2], p[3])] = int(p[4])
+    return info, pg, pgwal, sq, sqmem, pgmem
+
+
+class Report:
+    def __init__(self, path):
+        (self.info, self.pg, self.pgwal, self.sq, self.sqmem,
+         self.pgmem) = load(path)
+        self.out = []
+        self.targets = []
+
+    def w(self, s=""):
+        self.out.append(s)
+
+    # -- helpers -------------------------------------------------------------
+    def pg_med(self, c, mode, op, v):
+        return median(list(self.pg.get((c, mode, op, v), {}).values()))
+
+    def pg_ratio(self, c, mode, op, v, base="plain"):
+        a, b = self.pg_med(c, mode, op, v), self.pg_med(c, mode, op, base)
+        return a / b if a and b else None
+
+    def pg_spread(self, c, mode, op, v, base="plain"):
+        a, b = self.pg.get((c, mode, op, v), {}), self.pg.get((c, mode, op, base), {})
+        rs = [a[r] / b[r] for r in a if r in b and b[r]]
+        return (min(rs), max(rs)) if rs else None
+
+    def sq_med(self, op, rows, v):
+        return median(list(self.sq.get((op, rows, v), {}).values()))
+
+    def sq_ratio(self, op, rows, v, base="plain"):
+        a, b = self.sq_med(op, rows, v), self.sq_med(op, rows, base)
+        return a / b if a and b else None
+
+    def sq_spread(self, op, rows, v, base="plain"):
+        a, b = self.sq.get((op, rows, v), {}), self.sq.get((op, rows, base), {})
+        rs = [a[r] / b[r] for r in a if r in b and b[r]]
+        return (min(rs), max(rs)) if rs else None
+
+    def target(self, what, value, ok, shown):
+        if value is None:
+            verdict = "not measured"
+        else:
+            verdict = "met" if ok(value) else "**missed**"
+        self.targets.append((what, shown if value is not None else "n/a", verdict))
+
+    # -- sections ------------------------------------------------------------
+    def machine(self):
+        i = self.info
+        self.w("### Machine and command")
+        self.w()
+        self.w(f"- command: `{i.get('command', '?')}` ({i.get('mode', '?')} run, "
+               f"{i.get('date', '?')}, {i.get('seconds', '?')} s; commit {i.get('commit', '?')})")
+        self.w(f"- machine: {i.get('nproc', '?')} CPUs ({i.get('cpu', '?')}), "
+               f"{i.get('memory', '?')} RAM, Linux {i.get('kernel', '?')}; "
+               f"load average at start {i.get('loadavg', '?')}")
+        self.w(f"- PostgreSQL {i.get('postgres', '?')}, {i.get('pg_settings', '?')}; "
+               f"pgbench, {i.get('pg_runs', '?')} runs x {i.get('pg_seconds', '?')} s per cell, "
+               "simple query protocol")
+        self.w(f"- SQLite {i.get('sqlite', '?')}, WAL, synchronous=NORMAL; "
+               f"{i.get('sqlite_runs', '?')} runs per cell, rows scale {i.get('sqlite_scale', '?')}")
+        self.w()
+
+    def pg_table(self, op, variants, title):
+        cols = sorted({(c, m) for (c, m, o, v) in self.pg if o == op},
+                      key=lambda cm: (cm[1] != "one", cm[0]))
+        if not cols:
+            return
+        self.w(f"### PostgreSQL {title}: transactions per second, median (ratio to unfenced)")
+        self.w()
+        head = " | ".join(f"{c} client{'s' if c > 1 else ''}, {'one resource' if m == 'one' else 'own resources'}"
+                          for c, m in cols)
+        self.w(f"| variant | {head} |")
+        self.w("|---" * (len(cols) + 1) + "|")
+        for v, label in variants:
+            cells = []
+            for c, m in cols:
+                med = self.pg_med(c, m, op, v)
+                if med is None:
+                    cells.append("")
+                else:
+                    cells.append(f"{fmt_rate(med)} ({fmt_ratio(self.pg_ratio(c, m, op, v))})")
+            if any(cells):
+                self.w(f"| {label} | " + " | ".join(cells) + " |")
+        self.w()
+        self.w(f"Spread (lowest-highest per-run ratio to unfenced) and WAL bytes per transaction (median):")
+        self.w()
+        self.w(f"| variant | {head} |")
+        self.w("|---" * (len(cols) + 1) + "|")
+        for v, label in variants:
+            if v == "plain":
+                label = label.split(" (")[0]
+            cells = []
+            for c, m in cols:
+                sp = self.pg_spread(c, m, op, v)
+                wal = median(self.pgwal.get((c, m, op, v), []))
+                if sp is None and wal is None:
+                    cells.append("")
+                    continue
+                s = "" if v == "plain" or sp is None else f"{sp[0]:.2f}-{sp[1]:.2f}, "
+                cells.append(f"{s}{wal:.0f} B" if wal is not None else s)
+            if any(cells):
+                self.w(f"| {label} | " + " | ".join(cells) + " |")
+        self.w()
+
+    def sqlite_table(self):
+        cols = sorted({(op, rows) for (op, rows, v) in self.sq},
+                      key=lambda k: (k[0] != "update", k[1]))
+        if not cols:
+            return
+        self.w("### SQLite: rows per second, median (ratio to unfenced; lowest-highest per-run ratio)")
+        self.w()
+        head = " | ".join(f"{op.upper()}, {rows} row{'s' if rows > 1 else ''}/txn" for op, rows in cols)
+        self.w(f"| variant | {head} |")
+        self.w("|---" * (len(cols) + 1) + "|")
+        for v, label in SQLITE:
+            cells = []
+            for op, rows in cols:
+                med = self.sq_med(op, rows, v)
+                sp = self.sq_spread(op, rows, v)
+                s = f"{fmt_rate(med)} ({fmt_ratio(self.sq_ratio(op, rows, v))}"
+                if v != "plain" and sp:
+                    s += f"; {sp[0]:.2f}-{sp[1]:.2f}"
+                cells.append(s + ")")
+            self.w(f"| {label} | " + " | ".join(cells) + " |")
+        self.w()
+
+    def memory(self):
+        if self.pgmem:
+            self.w(f"### Memory")
+            self.w()
+            self.w(f"PostgreSQL, one backend, {self.info.get('mem_writes', '?')} single-row UPDATEs "
+                   "(each its own transaction, in a procedure) over 10000 rows; fenced per row, "
+                   "so over 10000 resources. kB from /proc/PID/status; the peak was reset "
+                   "(clear_refs) after the same warm-up in both backends (20000 unfenced and 20000 "
+                   "fenced writes).")
+            self.w()
+            self.w("| backend | RSS after warm-up | peak RSS (VmHWM) over the run | RSS at end | "
+                   "private (RssAnon) warm-up -> end | shared (RssShmem) warm-up -> end |")
+            self.w("|---|---|---|---|---|---|")
+            for v in ("plain", "fenced"):
+                m = self.pgmem.get(v, {})
+                g = lambda ph, k: m.get((ph, k))
+                self.w(f"| {'unfenced' if v == 'plain' else 'fenced'} | {g('warm', 'VmRSS')} | "
+                       f"{g('end', 'VmHWM')} | {g('end', 'VmRSS')} | "
+                       f"{g('warm', 'RssAnon')} -> {g('end', 'RssAnon')} | "
+                       f"{g('warm', 'RssShmem')} -> {g('end', 'RssShmem')} |")
+            self.w()
+        if self.sqmem:
+            self.w(f"SQLite, one connection, single-row transactions over 10000 rows, fenced per "
+                   "row (10000 resources); sqlite3_memory_used() in bytes after a warm-up "
+                   "of 20000 transactions (0) and then after N more:")
+            self.w()
+            points = sorted({n for v in self.sqmem.values() for n, _ in v})
+            self.w("| connection | " + " | ".join(f"{n:,}" for n in points) + " |")
+            self.w("|---" * (len(points) + 1) + "|")
+            for v in ("plain", "fenced"):
+                d = dict(self.sqmem.get(v, []))
+                self.w(f"| {'unfenced' if v == 'plain' else 'fenced'} | "
+                       + " | ".join(str(d.get(n, "")) for n in points) + " |")
+            self.w()
+
+    def evaluate(self):
+        r = lambda x: f"{x:.2f}"
+        for c in (1, 8):
+            x = self.pg_ratio(c, "one", "update", "fenced")
+            self.target(f"PostgreSQL fenced / unfenced >= 0.93, {c} client{'s' if c > 1 else ''}, one resource",
+                        x, lambda v: v >= 0.93, r(x) if x else "")
+        x = self.pg_ratio(8, "one", "update", "fenced", base="plpgsql")
+        self.target("PostgreSQL fenced >= 1.25 x PL/pgSQL trigger, 8 clients, one resource",
+                    x, lambda v: v >= 1.25, f"{x:.2f} x" if x else "")
+        f1, f8 = self.pg_med(1, "one", "update", "fenced"), self.pg_med(8, "one", "update", "fenced")
+        p1, p8 = self.pg_med(1, "one", "update", "plain"), self.pg_med(8, "one", "update", "plain")
+        x = (f8 / f1) / (p8 / p1) if f1 and f8 and p1 and p8 else None
+        self.target("PostgreSQL fenced 1 -> 8 clients scales within 10% of unfenced",
+                    x, lambda v: v >= 0.90,
+                    f"fenced x{f8 / f1:.2f}, unfenced x{p8 / p1:.2f}: {x:.2f}" if x else "")
+        for op in ("update", "insert"):
+            x = self.sq_ratio(op, 1000, "fenced")
+            self.target(f"SQLite {op.upper()} fenced / unfenced >= 0.65, 1000 rows/txn", x,
+                        lambda v: v >= 0.65, r(x) if x else "")
+            x = self.sq_ratio(op, 1000, "fenced", base="floor")
+            self.target(f"SQLite {op.upper()} fenced within 10% of the empty-trigger floor, 1000 rows/txn",
+                        x, lambda v: v >= 0.90, f"{x:.2f} of the floor" if x else "")
+            x = self.sq_ratio(op, 1, "fenced")
+            self.target(f"SQLite {op.upper()} fenced / unfenced >= 0.92, 1 row/txn", x,
+                        lambda v: v >= 0.92, r(x) if x else "")
+            x = self.sq_ratio(op, 1000, "fenced", base="sqltrig")
+            self.target(f"SQLite {op.upper()} fenced >= 1.3 x pure-SQL trigger, 1000 rows/txn", x,
+                        lambda v: v >= 1.3, f"{x:.2f} x" if x else "")
+        pf, pp = self.pgmem.get("fenced", {}), self.pgmem.get("plain", {})
+        a, b = pf.get(("end", "VmHWM")), pp.get(("end", "VmHWM"))
+        x = (a - b) if a is not None and b is not None else None
+        self.target(f"PostgreSQL backend peak RSS after {self.info.get('mem_writes', '?')} fenced writes "
+                    "over 10k resources within 1 MiB of unfenced", x, lambda v: v <= 1024,
+                    f"{x:+d} kB" if x is not None else "")
+        d = dict(self.sqmem.get("fenced", []))
+        if d:
+            first, last = d.get(0), d[max(d)]
+            x = last - first if first is not None else None
+            self.target("SQLite per-connection memory does not grow with transactions", x,
+                        lambda v: v <= 0, f"{x:+d} bytes over {max(d):,} transactions" if x is not None else "")
+
+    def targets_table(self):
+        self.w("### Targets (issue 4)")
+        self.w()
+        self.w("| target | measured | verdict |")
+        self.w("|---|---|---|")
+        for what, shown, verdict in self.targets:
+            self.w(f"| {what} | {shown} | {verdict} |")
+        self.w()
+
+    def render(self):
+        self.evaluate()
+        self.w(BEGIN)
+        self.w()
+        self.machine()
+        self.targets_table()
+        self.pg_table("update", PG_UPDATE, "UPDATE by primary key")
+        self.pg_table("insert", PG_INSERT, "INSERT")
+        self.sqlite_table()
+        self.memory()
+        self.w(END)
+        return "\n".join(self.out) + "\n"
+
+
+def splice(doc_path, md_path):
+    with open(md_path) as f:
+        block = f.read().strip("\n")
+    try:
+        with open(doc_path) as f:
+            doc = f.read()
+    except FileNotFoundError:
+        doc = "# Benchmarks\n\n" + BEGIN + "\n" + END + "\n"
+    if BEGIN in doc and END in doc:
+        head = doc[:doc.index(BEGIN)]
+        tail = doc[doc.index(END) + len(END):]
+        doc = head + block + tail
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
+    with open(doc_path, "w") as f:
+        f.write(doc)
+
+
+def main(argv):
+    if len(argv) == 4 and argv[1] == "--splice":
+        splice(argv[2], argv[3])
+        return 0
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    sys.stdout.write(Report(argv[1]).render())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
