@@ -242,8 +242,11 @@ now(void)
 	return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
-/* Write nRows rows, perTxn rows per transaction; returns rows per second. */
-static double
+/*
+ * Write nRows rows, perTxn rows per transaction; returns rows per second.
+ * Never inlined, so that bench/sqlite_profile.sh can count its instructions.
+ */
+static double __attribute__((noinline))
 runCell(Bench *b, int isInsert, int perTxn, int nRows, unsigned *seed)
 {
 	sqlite3_stmt *stmt = isInsert ? b->insert : b->update;
