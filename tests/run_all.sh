@@ -49,6 +49,9 @@ demo_check() {	# make demo must keep telling its story: exit 0 only if both runs
 	report $? "make demo: the zombie's write lands with the fence off and is refused with it on"
 }
 step "demo" demo_check
+if [ -x tests/lockservice/run.sh ]; then
+	step "fence behind etcd: workers paused past their lease" bash tests/lockservice/run.sh
+fi
 if [ -x tests/run_pg.sh ]; then
 	step "PostgreSQL suites" bash tests/run_pg.sh
 fi
