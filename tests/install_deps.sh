@@ -7,7 +7,9 @@ command -v clang >/dev/null || need+=(clang)
 [ -e /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 command -v sqlite3 >/dev/null || need+=(sqlite3)
 [ -d /usr/lib/postgresql/15/bin ] || need+=(postgresql-15)
-[ -e /usr/lib/postgresql/15/lib/pgxs/src/makefiles/pgxs.mk ] || need+=(postgresql-server-dev-15)
+# pgxs.mk alone comes with postgresql-client-15; the headers are what the
+# server-dev package adds
+[ -e /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
 /usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg)
 [ -n "$(clang -print-file-name=libclang_rt.asan-x86_64.so 2>/dev/null | grep /)" ] && \
 	[ -e "$(clang -print-file-name=libclang_rt.asan-x86_64.so)" ] || need+=(libclang-rt-14-dev)
