@@ -5,7 +5,9 @@
 #                   one line "N passed, N failed"
 #   make demo       the zombie-lease demo on an embedded SQLite file
 #   make pg         build the PostgreSQL extension (pg_ext/, PGXS)
-#   make install    install the PostgreSQL extension (root)
+#   make install    install both extensions (root): the PostgreSQL one with
+#                   PGXS where PG_CONFIG's server looks, the SQLite one as
+#                   $(PREFIX)/lib/sqlite3/fence.so; DESTDIR honoured by both
 #   make bench      what the fence costs, against the baselines (BENCHMARKS.md;
 #                   about 25 min); make bench-quick: the smoke form, < 1 min
 #   make stress     the long fault tests (make fuzz: the fuzzers, longer)
@@ -14,6 +16,9 @@
 # this file drives it so that Debian's PGXS "make check" trap never applies.
 
 CC       ?= cc
+PREFIX   ?= /usr/local
+# where `make install` puts the SQLite extension (load it as .../sqlite3/fence)
+SQLITE_LIBDIR ?= $(PREFIX)/lib/sqlite3
 PYTHON   ?= /usr/bin/python3
 CFLAGS   ?= -O2 -g
 WARN      = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
@@ -32,7 +37,7 @@ ASAN_EXT    = build/asan/fence.so
 RUNNER      = build/fence_sqlite_runner
 ASAN_RUNNER = build/asan/fence_sqlite_runner
 
-.PHONY: all sqlite pg install check check-deps check-sqlite demo bench bench-quick \
+.PHONY: all sqlite pg install install-pg install-sqlite check check-deps check-sqlite demo bench bench-quick \
 	fuzz stress clean
 
 all: sqlite
@@ -64,8 +69,14 @@ $(ASAN_RUNNER): tests/sqlite_runner.c
 pg:
 	$(MAKE) -C pg_ext with_llvm=no
 
-install: pg
+install: install-pg install-sqlite
+
+install-pg: pg
 	$(MAKE) -C pg_ext with_llvm=no install
+
+install-sqlite: $(SQLITE_EXT)
+	install -d '$(DESTDIR)$(SQLITE_LIBDIR)'
+	install -m 755 $(SQLITE_EXT) '$(DESTDIR)$(SQLITE_LIBDIR)/fence.so'
 
 check: check-deps
 	@bash tests/run_all.sh
