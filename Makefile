@@ -8,6 +8,7 @@
 #   make install    install both extensions (root): the PostgreSQL one with
 #                   PGXS where PG_CONFIG's server looks, the SQLite one as
 #                   $(PREFIX)/lib/sqlite3/fence.so; DESTDIR honoured by both
+#   make dist       fence-VERSION.tar.gz and .zip (PGXN) of HEAD, from git
 #   make bench      what the fence costs, against the baselines (BENCHMARKS.md;
 #                   about 25 min); make bench-quick: the smoke form, < 1 min
 #   make stress     the long fault tests (make fuzz: the fuzzers, longer)
@@ -37,7 +38,7 @@ ASAN_EXT    = build/asan/fence.so
 RUNNER      = build/fence_sqlite_runner
 ASAN_RUNNER = build/asan/fence_sqlite_runner
 
-.PHONY: all sqlite pg install install-pg install-sqlite check check-deps check-sqlite demo bench bench-quick \
+.PHONY: all sqlite pg install install-pg install-sqlite dist check check-deps check-sqlite demo bench bench-quick \
 	fuzz stress clean
 
 all: sqlite
@@ -78,6 +79,19 @@ install-sqlite: $(SQLITE_EXT)
 	install -d '$(DESTDIR)$(SQLITE_LIBDIR)'
 	install -m 755 $(SQLITE_EXT) '$(DESTDIR)$(SQLITE_LIBDIR)/fence.so'
 
+# The release version is META.json's (PGXN wants three parts); the
+# extension's version is the control file's, and a test keeps them in step.
+DISTVERSION = $(shell sed -n 's/^   "version": "\(.*\)",$$/\1/p' META.json | head -1)
+DISTNAME    = fence-$(DISTVERSION)
+
+# From git, so that the tarball holds exactly what is committed (never build
+# output or a local edit): commit first.
+dist:
+	@git diff --quiet HEAD -- || echo "make dist: uncommitted changes are not in $(DISTNAME) (it is made from HEAD)" >&2
+	git archive --format=tar.gz --prefix=$(DISTNAME)/ -o $(DISTNAME).tar.gz HEAD
+	git archive --format=zip --prefix=$(DISTNAME)/ -o $(DISTNAME).zip HEAD
+	@echo "$(DISTNAME).tar.gz and $(DISTNAME).zip made from $$(git rev-parse --short HEAD)"
+
 check: check-deps
 	@bash tests/run_all.sh
 
@@ -104,7 +118,7 @@ stress: check-deps
 	@bash tests/run_stress.sh
 
 clean:
-	rm -rf build $(SQLITE_EXT) tests/results
+	rm -rf build $(SQLITE_EXT) tests/results fence-*.tar.gz fence-*.zip
 	$(MAKE) -C pg_ext with_llvm=no clean
 
 build/asan/core_test: tests/core_test.c $(CORE_SRC) $(CORE_HDR)

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# tests/packaging.sh: what a packager or a PGXN user relies on, checked on
+# the real targets: one licence named the same way in LICENSE, META.json and
+# the control file; META.json valid and in step with the control file's
+# version; `make install` honouring DESTDIR, PREFIX and PG_CONFIG and the
+# installed SQLite extension loading from where it was put; `make dist`
+# making a tarball from git that holds the sources and builds.
+# One "ok - " or "not ok - " line per check.
+set -u
+. "$(dirname "$0")/lib.sh"
+cd "$FENCE_ROOT"
+work=$(mktemp -d /tmp/fence-pkg.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# --- the licence, named alike in its three places
+head -1 LICENSE | grep -qx 'PostgreSQL License'
+report $? "packaging: LICENSE is the PostgreSQL License"
+grep -q '^# License: PostgreSQL License' pg_ext/fence.control
+report $? "packaging: pg_ext/fence.control names the PostgreSQL License"
+
+# --- META.json: valid PGXN metadata, version in step with the control file
+"$PYTHON" - <<'EOF'
+import json, re, sys
+m = json.load(open("META.json"))
+ctl = open("pg_ext/fence.control").read()
+default = re.search(r"^default_version = '([^']+)'", ctl, re.M).group(1)
+problems = []
+for key in ("name", "abstract", "version", "maintainer", "license", "provides", "meta-spec"):
+    if key not in m:
+        problems.append("META.json has no %r" % key)
+if m.get("license") != "postgresql":
+    problems.append("META.json license is %r, not 'postgresql'" % m.get("license"))
+semver = re.compile(r"^\d+\.\d+\.\d+$")
+for where, v in [("version", m.get("version", ""))] + \
+        [("provides.%s.version" % k, p.get("version", "")) for k, p in m.get("provides", {}).items()]:
+    if not semver.match(v):
+        problems.append("META.json %s %r is not x.y.z (PGXN needs semantic versions)" % (where, v))
+    elif not (v + ".").startswith(default + "."):
+        problems.append("META.json %s %s does not match the control file's default_version %s"
+                        % (where, v, default))
+for k, p in m.get("provides", {}).items():
+    for f in ("file", "docfile"):
+        if f in p:
+            try:
+                open(p[f]).close()
+            except OSError:
+                problems.append("META.json provides.%s.%s names %s, which does not exist" % (k, f, p[f]))
+if m.get("meta-spec", {}).get("version") != "1.0.0":
+    problems.append("META.json meta-spec version is not 1.0.0")
+for p in problems:
+    print(p)
+sys.exit(1 if problems else 0)
+EOF
+report $? "packaging: META.json is valid PGXN metadata, license postgresql, version = control file's"
+
+# --- make install: DESTDIR, PREFIX, PG_CONFIG
+stage=$work/stage
+make -s install DESTDIR="$stage" PREFIX=/opt/fence-test PG_CONFIG="$(command -v pg_config)" \
+	>"$work/install.log" 2>&1
+st=$?
+[ $st -ne 0 ] && tail -20 "$work/install.log"
+report $st "packaging: make install DESTDIR=... PREFIX=... PG_CONFIG=... succeeds"
+
+sharedir=$(pg_config --sharedir)
+pkglibdir=$(pg_config --pkglibdir)
+missing=0
+for f in "$stage/opt/fence-test/lib/sqlite3/fence.so" "$stage$pkglibdir/fence.so" \
+	"$stage$sharedir/extension/fence.control" "$stage$sharedir/extension/fence--1.0.sql"; do
+	[ -f "$f" ] || { echo "not installed: $f"; missing=1; }
+done
+# nothing outside DESTDIR
+[ -e /opt/fence-test ] && { echo "make install wrote /opt/fence-test, outside DESTDIR"; missing=1; }
+report $missing "packaging: make install puts the SQLite .so under \$PREFIX/lib/sqlite3 and the PostgreSQL files where pg_config says, inside DESTDIR"
+
+# the installed SQLite extension (not the build tree's) loads and fences
+"$PYTHON" - "$stage/opt/fence-test/lib/sqlite3/fence" <<'EOF'
+import sqlite3, sys
+con = sqlite3.connect(":memory:", isolation_level=None)
+con.enable_load_extension(True)
+con.load_extension(sys.argv[1])
+assert con.execute("SELECT fence_check('pkg', 5)").fetchone()[0] == 5
+try:
+    con.execute("SELECT fence_check('pkg', 4)")
+    sys.exit("a stale token was accepted by the installed extension")
+except sqlite3.IntegrityError as e:
+    assert str(e).startswith("stale fencing token 4"), e
+assert con.execute("SELECT token FROM fence_tokens WHERE resource = 'pkg'").fetchone()[0] == 5
+EOF
+report $? "packaging: the installed SQLite extension loads from \$PREFIX/lib/sqlite3 and refuses a stale token"
+
+# PG_CONFIG is what PGXS uses: a wrong one must fail, not install elsewhere
+if make -s install-pg DESTDIR="$work/bad" PG_CONFIG=/nonexistent/pg_config >/dev/null 2>&1; then
+	report 1 "packaging: make install with a PG_CONFIG that does not exist fails"
+else
+	report 0 "packaging: make install with a PG_CONFIG that does not exist fails"
+fi
+
+# --- make dist: from git, holds the sources, builds
+if git rev-parse --verify -q HEAD >/dev/null 2>&1; then
+	ver=$(sed -n 's/^   "version": "\(.*\)",$/\1/p' META.json | head -1)
+	make -s dist >"$work/dist.log" 2>&1
+	st=$?
+	if [ $st -eq 0 ] && [ -f "fence-$ver.tar.gz" ] && [ -f "fence-$ver.zip" ]; then
+		mv "fence-$ver.tar.gz" "fence-$ver.zip" "$work/"
+		tar -tzf "$work/fence-$ver.tar.gz" >"$work/list"
+		bad=0
+		for f in LICENSE META.json README.md Makefile pg_ext/fence.control pg_ext/fence--1.0.sql \
+			sqlite_ext/fence.c core/fence_core.c docs/contract.md; do
+			grep -qx "fence-$ver/$f" "$work/list" || { echo "not in the tarball: $f"; bad=1; }
+		done
+		if grep -E '\.(so|o|bc)$|/build/|tests/results/' "$work/list"; then
+			echo "build output in the tarball"
+			bad=1
+		fi
+		report $bad "packaging: make dist makes fence-$ver.tar.gz and .zip from git, sources in, build output out"
+		tar -xzf "$work/fence-$ver.tar.gz" -C "$work"
+		make -s -C "$work/fence-$ver" sqlite >/dev/null 2>&1 && [ -f "$work/fence-$ver/sqlite_ext/fence.so" ]
+		report $? "packaging: the tarball builds the SQLite extension"
+	else
+		cat "$work/dist.log"
+		report 1 "packaging: make dist makes fence-$ver.tar.gz and .zip"
+	fi
+else
+	echo "not a git checkout: make dist is not tested"
+fi
