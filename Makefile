@@ -38,7 +38,7 @@ ASAN_EXT    = build/asan/fence.so
 RUNNER      = build/fence_sqlite_runner
 ASAN_RUNNER = build/asan/fence_sqlite_runner
 
-.PHONY: all sqlite pg install install-pg install-sqlite dist check check-deps check-sqlite demo bench bench-quick \
+.PHONY: all sqlite pg install install-pg install-sqlite dist check check-deps demo-deps check-sqlite demo bench bench-quick \
 	fuzz stress clean
 
 all: sqlite
@@ -96,12 +96,17 @@ check: check-deps
 	@bash tests/run_all.sh
 
 check-deps:
-	@bash tests/install_deps.sh
+	@bash tests/install_deps.sh check
 
 check-sqlite: $(SQLITE_EXT) $(RUNNER)
 	@bash tests/run_sqlite_regress.sh
 
-demo: check-deps $(SQLITE_EXT)
+# The demo needs a C compiler, the SQLite headers and /usr/bin/python3 only:
+# not the test toolchain (clang, PostgreSQL, the lock services).
+demo-deps:
+	@bash tests/install_deps.sh demo
+
+demo: demo-deps $(SQLITE_EXT)
 	@$(PYTHON) demo/zombie_lease.py
 
 # Not part of make check: nothing in the tests asserts on a timing.

@@ -1,32 +1,68 @@
 #!/usr/bin/env bash
-# Install what `make check` needs and a fresh Debian 12 lacks. Idempotent:
-# runs apt-get only when something is missing. Needs root (CI runs as root).
+# tests/install_deps.sh [demo|check]: install the Debian 12 packages that
+# the chosen target needs and this machine lacks. Idempotent: runs apt-get
+# only when something is missing. Needs root to install (CI runs as root).
+#
+#   demo    what `make demo` needs and nothing more: a C compiler and the
+#           SQLite headers to build sqlite_ext/fence.so, and /usr/bin/python3
+#           (whose sqlite3 module can load extensions). A few seconds.
+#   check   (the default) everything `make check` uses: the demo's packages,
+#           clang and its sanitizer runtime, PostgreSQL 15 and its server
+#           headers, psycopg, the sqlite3 shell, and the lock services of
+#           tests/lockservice and examples/ (etcd, ZooKeeper with its Java
+#           runtime, Redis) and their Python clients.
+#
+# FENCE_DEPS_PRINT=1 prints the package list (one a line) instead of
+# installing it; FENCE_DEPS_ASSUME_NONE=1 makes every probe fail, so that
+# the list is what a fresh machine would get (tests/packaging.sh uses both).
 set -eu
+what=${1:-check}
+case $what in demo|check) ;; *) echo "usage: $0 [demo|check]" >&2; exit 2 ;; esac
+
+has() {		# has PROBE...: the probe succeeds (never, with FENCE_DEPS_ASSUME_NONE=1)
+	[ "${FENCE_DEPS_ASSUME_NONE:-0}" = 1 ] && return 1
+	"$@" >/dev/null 2>&1
+}
+pyhas() { has /usr/bin/python3 -c "import $1"; }
+
 need=()
-command -v clang >/dev/null || need+=(clang)
-[ -e /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
-command -v sqlite3 >/dev/null || need+=(sqlite3)
-[ -d /usr/lib/postgresql/15/bin ] || need+=(postgresql-15)
-# pgxs.mk alone comes with postgresql-client-15; the headers are what the
-# server-dev package adds
-[ -e /usr/include/postgresql/15/server/postgres.h ] || need+=(postgresql-server-dev-15)
-/usr/bin/python3 -c 'import psycopg' 2>/dev/null || need+=(python3-psycopg)
-[ -n "$(clang -print-file-name=libclang_rt.asan-x86_64.so 2>/dev/null | grep /)" ] && \
-	[ -e "$(clang -print-file-name=libclang_rt.asan-x86_64.so)" ] || need+=(libclang-rt-14-dev)
-# the lock services of tests/lockservice (etcd in make check; ZooKeeper and
-# Redis in make stress) and their Python clients
-command -v etcd >/dev/null || need+=(etcd-server)
-command -v etcdctl >/dev/null || need+=(etcd-client)
-/usr/bin/python3 -c 'import etcd3' 2>/dev/null || need+=(python3-etcd3)
-[ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
-/usr/bin/python3 -c 'import kazoo' 2>/dev/null || need+=(python3-kazoo)
-command -v redis-server >/dev/null || need+=(redis-server)
-/usr/bin/python3 -c 'import redis' 2>/dev/null || need+=(python3-redis)
-command -v setpriv >/dev/null || need+=(util-linux)
+# --- make demo
+has command -v cc || need+=(gcc libc6-dev)
+has command -v make || need+=(make)
+has test -e /usr/include/sqlite3ext.h || need+=(libsqlite3-dev)
+has test -x /usr/bin/python3 || need+=(python3)
+
+if [ "$what" = check ]; then
+	has command -v clang || need+=(clang)
+	has command -v sqlite3 || need+=(sqlite3)
+	has test -d /usr/lib/postgresql/15/bin || need+=(postgresql-15)
+	# pgxs.mk alone comes with postgresql-client-15; the headers are what the
+	# server-dev package adds
+	has test -e /usr/include/postgresql/15/server/postgres.h || need+=(postgresql-server-dev-15)
+	pyhas psycopg || need+=(python3-psycopg)
+	asan=$(clang -print-file-name=libclang_rt.asan-x86_64.so 2>/dev/null || true)
+	case $asan in /*) has test -e "$asan" || need+=(libclang-rt-14-dev) ;; *) need+=(libclang-rt-14-dev) ;; esac
+	# the lock services of tests/lockservice and examples/ and their clients
+	has command -v etcd || need+=(etcd-server)
+	has command -v etcdctl || need+=(etcd-client)
+	pyhas etcd3 || need+=(python3-etcd3)
+	has test -e /usr/share/java/zookeeper.jar || need+=(zookeeper)
+	pyhas kazoo || need+=(python3-kazoo)
+	has command -v redis-server || need+=(redis-server)
+	pyhas redis || need+=(python3-redis)
+	has command -v setpriv || need+=(util-linux)
+	# examples/ in C: libpq's headers and library
+	has test -e /usr/include/postgresql/libpq-fe.h || need+=(libpq-dev)
+fi
+
+if [ "${FENCE_DEPS_PRINT:-0}" = 1 ]; then
+	[ ${#need[@]} -gt 0 ] && printf '%s\n' "${need[@]}"
+	exit 0
+fi
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing: ${need[*]}"
 	if [ "$(id -u)" -ne 0 ]; then
-		echo "make check needs these Debian packages: ${need[*]} (run as root, or install them)" >&2
+		echo "make $what needs these Debian packages: ${need[*]} (run as root, or install them)" >&2
 		exit 1
 	fi
 	export DEBIAN_FRONTEND=noninteractive

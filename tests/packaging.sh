@@ -95,6 +95,17 @@ else
 	report 0 "packaging: make install with a PG_CONFIG that does not exist fails"
 fi
 
+# --- make demo installs what the demo needs, not the test toolchain
+demo_pkgs=$(FENCE_DEPS_PRINT=1 FENCE_DEPS_ASSUME_NONE=1 bash tests/install_deps.sh demo | sort | tr '\n' ' ')
+check_pkgs=$(FENCE_DEPS_PRINT=1 FENCE_DEPS_ASSUME_NONE=1 bash tests/install_deps.sh check | sort | tr '\n' ' ')
+echo "make demo on a fresh machine installs: $demo_pkgs"
+bad=0
+[ "$demo_pkgs" = "gcc libc6-dev libsqlite3-dev make python3 " ] || bad=1
+case $check_pkgs in *clang*etcd-server*postgresql-server-dev-15*python3-kazoo*redis-server*zookeeper*) ;; *) bad=1 ;; esac
+make -n demo 2>/dev/null | grep -q 'install_deps.sh demo' || bad=1
+make -n demo 2>/dev/null | grep -q 'install_deps.sh check' && bad=1
+report $bad "packaging: make demo installs only a C compiler, the SQLite headers and python3; make check the rest"
+
 # --- make dist: from git, holds the sources, builds
 if git rev-parse --verify -q HEAD >/dev/null 2>&1; then
 	ver=$(sed -n 's/^   "version": "\(.*\)",$/\1/p' META.json | head -1)
