@@ -133,6 +133,12 @@ def chown_postgres(path):
 
 
 def run(cmd, **kw):
+    # A command run as postgres starts in a directory postgres can enter: the
+    # checkout may be one it cannot (root's clone in /root or a mktemp -d),
+    # and pg_dump, pg_restore and friends then warn "could not change
+    # directory to ...: Permission denied" on every run.
+    if cmd[:1] == ["runuser"]:
+        kw.setdefault("cwd", WORK if WORK and os.path.isdir(WORK) else "/")
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, **kw)
 
