@@ -126,6 +126,11 @@ clean:
 	rm -rf build $(SQLITE_EXT) tests/results fence-*.tar.gz fence-*.zip
 	$(MAKE) -C pg_ext with_llvm=no clean
 
+# Allocation failures, loading twice, close_v2 (tests/sqlite_runtime.c)
+build/asan/fence_runtime: tests/sqlite_runtime.c
+	@mkdir -p $(dir $@)
+	clang $(ASAN_FLAGS) $(WARN) -o $@ $< -lsqlite3
+
 build/asan/core_test: tests/core_test.c $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
 	clang $(ASAN_FLAGS) $(WARN) -o $@ tests/core_test.c $(CORE_SRC)

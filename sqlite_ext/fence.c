@@ -45,7 +45,11 @@ static const char createTokensSql[] =
 "updated_at TEXT NOT NULL) WITHOUT ROWID";
 
 static const char selectTokenSql[] =
-"SELECT token FROM main.fence_tokens WHERE resource = ?1";
+"SELECT token, updated_at FROM main.fence_tokens WHERE resource = ?1";
+
+/* puts back what an accept inside a failed statement changed */
+static const char restoreTokenSql[] =
+"UPDATE main.fence_tokens SET token = ?2, updated_at = ?3 WHERE resource = ?1";
 
 /* updated_at moves only when the token rises (SPEC.md "highest accepted") */
 static const char advanceTokenSql[] =
@@ -71,11 +75,50 @@ fenceFinalizeStatements(FenceConn *conn)
 	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pEnlist = NULL;
 }
 
-static int
-tokenTableExists(FenceConn *conn)
+/*
+ * Keep SQLite's message for rc: the calls that follow a failed step (a
+ * finalize, another query) replace the connection's message, and the user
+ * must read the real one ("database is locked"), not "not an error".
+ */
+static void
+saveError(FenceConn *conn, int rc)
 {
-	return sqlite3_table_column_metadata(conn->db, "main", "fence_tokens", "token",
-										 NULL, NULL, NULL, NULL, NULL) == SQLITE_OK;
+	conn->savedRc = rc;
+	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s",
+					 sqlite3_errmsg(conn->db));
+}
+
+/*
+ * Does main.fence_tokens exist? Asked of the database file, not of the
+ * schema this connection cached: another connection may have created the
+ * table since (reading sqlite_master checks the schema cookie and reloads a
+ * stale schema), and under another connection's lock the answer is that
+ * lock's error (SQLITE_BUSY, with its message), never "no table".
+ */
+static int
+tokenTableExists(FenceConn *conn, int *pExists)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			rc;
+
+	*pExists = 0;
+	rc = sqlite3_prepare_v2(conn->db,
+							"SELECT 1 FROM main.sqlite_master "
+							"WHERE type = 'table' AND name = 'fence_tokens'",
+							-1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		rc = sqlite3_step(stmt);
+		*pExists = rc == SQLITE_ROW;
+		if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+			rc = SQLITE_OK;
+		else
+			sqlite3_reset(stmt);	/* keeps the step's message on the connection */
+	}
+	if (rc != SQLITE_OK)
+		saveError(conn, rc);	/* before finalize clears the message */
+	sqlite3_finalize(stmt);
+	return rc;
 }
 
 /*
@@ -87,6 +130,7 @@ static int
 prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreate)
 {
 	int			rc;
+	int			exists;
 
 	if (*pp)
 		return SQLITE_OK;
@@ -94,27 +138,41 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 	rc = fenceHeldConnect(conn);
 	if (rc != SQLITE_OK)
 		return rc;
-	if (!tokenTableExists(conn))
+	rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
+	if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_NOMEM)
 	{
-		if (!bCreate)
-			return SQLITE_OK;
-		rc = sqlite3_exec(conn->db, createTokensSql, NULL, NULL, NULL);
+		/* no table in the schema we cached: ask the file (and reload) */
+		rc = tokenTableExists(conn, &exists);
 		if (rc != SQLITE_OK)
 			return rc;
+		if (!exists)
+		{
+			if (!bCreate)
+				return SQLITE_OK;
+			rc = sqlite3_exec(conn->db, createTokensSql, NULL, NULL, NULL);
+			if (rc != SQLITE_OK)
+				return rc;
+		}
+		rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 	}
-	return sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
+	return rc;
 }
 
 /*
  * A cached statement fails when fence_tokens went away under it: a
  * transaction that created the table on first use rolled back, or somebody
  * dropped it. Forget the statements that named it, so that the next use
- * prepares them again (and creates the table, for a writer).
+ * prepares them again (and creates the table, for a writer). Any other
+ * error (SQLITE_BUSY, out of memory...) is the caller's to report.
  */
 static int
 tokenTableVanished(FenceConn *conn, int rc)
 {
-	if (rc == SQLITE_ROW || rc == SQLITE_DONE || tokenTableExists(conn))
+	int			exists;
+
+	if (rc != SQLITE_ERROR && rc != SQLITE_SCHEMA)
+		return 0;
+	if (tokenTableExists(conn, &exists) != SQLITE_OK || exists)
 		return 0;
 	sqlite3_finalize(conn->pSelectToken);
 	sqlite3_finalize(conn->pAdvanceToken);
@@ -125,8 +183,8 @@ tokenTableVanished(FenceConn *conn, int rc)
 
 /* *pHas = 0 when the resource has no highest token (or there is no table). */
 static int
-readHighest(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
-			sqlite3_int64 *pHighest)
+readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
+			  sqlite3_int64 *pHighest, char *zAt, int nAt)
 {
 	int			attempt;
 	int			rc = SQLITE_OK;
@@ -138,19 +196,33 @@ readHighest(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 		rc = prepareTokenStmt(conn, &conn->pSelectToken, selectTokenSql, bCreate);
 		if (rc != SQLITE_OK || conn->pSelectToken == NULL)
 			return rc;
+		if (sqlite3_stmt_busy(conn->pSelectToken))
+			return FENCE_RC_REENTERED;
 		sqlite3_bind_text(conn->pSelectToken, 1, z, n, SQLITE_STATIC);
 		rc = sqlite3_step(conn->pSelectToken);
 		if (rc == SQLITE_ROW)
 		{
 			*pHas = 1;
 			*pHighest = sqlite3_column_int64(conn->pSelectToken, 0);
+			if (zAt)
+				sqlite3_snprintf(nAt, zAt, "%s",
+								 (const char *) sqlite3_column_text(conn->pSelectToken, 1));
 		}
+		if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+			saveError(conn, rc);
 		sqlite3_reset(conn->pSelectToken);
 		sqlite3_clear_bindings(conn->pSelectToken);
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
 	return (rc == SQLITE_ROW || rc == SQLITE_DONE) ? SQLITE_OK : rc;
+}
+
+static int
+readHighest(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
+			sqlite3_int64 *pHighest)
+{
+	return readHighestAt(conn, z, n, bCreate, pHas, pHighest, NULL, 0);
 }
 
 static int
@@ -165,16 +237,187 @@ runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
 		rc = prepareTokenStmt(conn, pp, sql, 1);
 		if (rc != SQLITE_OK)
 			return rc;
+
+		/*
+		 * Still running: a trigger on fence_tokens fired by this very
+		 * statement wrote a protected table, whose guard brought us back.
+		 * Stepping it again would restart it under itself, without end.
+		 */
+		if (sqlite3_stmt_busy(*pp))
+			return FENCE_RC_REENTERED;
 		sqlite3_bind_text(*pp, 1, z, n, SQLITE_STATIC);
 		if (sqlite3_bind_parameter_count(*pp) >= 2)
 			sqlite3_bind_int64(*pp, 2, token);
 		rc = sqlite3_step(*pp);
+		if (rc != SQLITE_DONE)
+			saveError(conn, rc);
 		sqlite3_reset(*pp);
 		sqlite3_clear_bindings(*pp);
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/* ---------------------------------------------------------------------
+ * Undoing a failed statement
+ *
+ * SPEC: an error leaves the database as it was before the failing INSERT,
+ * UPDATE or DELETE. SQLite undoes a failed statement through its statement
+ * journal, but it opens one only for a statement it knows may fail after a
+ * first write; a single-row INSERT is not one, because SQLite checks its
+ * constraints before writing. A function that writes fence_tokens from
+ * inside such an INSERT (INSERT ... VALUES (fence_check(...), ...)) is a
+ * write SQLite does not know of, and when a later value of the same row
+ * raises, that advance would stay.
+ *
+ * So an accept made from inside another writing statement notes what it
+ * changes (the resource's previous highest, the held log's length), and
+ * when one of fence's functions raises an error later in the same run of
+ * that statement, before the statement has written a row of its own, fence
+ * puts the highest back and forgets what it held. A statement that did
+ * write rows in between keeps its statement journal's word: SQLite opens one
+ * for multi-row writes, and an INSERT OR FAIL keeps its earlier rows and the
+ * tokens they were written at. A bare SELECT (readonly) is the documented
+ * exception: SQLite gives it no journal, and fence does not second-guess it.
+ * ------------------------------------------------------------------ */
+
+/* The writing statement of the application that is running us, or NULL. */
+static sqlite3_stmt *
+outerWriter(FenceConn *conn)
+{
+	sqlite3_stmt *p;
+
+	for (p = sqlite3_next_stmt(conn->db, NULL); p; p = sqlite3_next_stmt(conn->db, p))
+	{
+		if (p == conn->pSelectToken || p == conn->pAdvanceToken ||
+			p == conn->pDeleteToken || p == conn->pEnlist)
+			continue;
+		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
+			return p;
+	}
+	return NULL;
+}
+
+void
+fenceUndoForget(FenceConn *conn)
+{
+	int			i;
+
+	for (i = 0; i < conn->nUndo; i++)
+		sqlite3_free(conn->aUndo[i].resource);
+	conn->nUndo = 0;
+	conn->pUndoStmt = NULL;
+}
+
+/* Is the log about this run of outer? Start it afresh if not. */
+static void
+undoFor(FenceConn *conn, sqlite3_stmt *outer)
+{
+	int			run = sqlite3_stmt_status(outer, SQLITE_STMTSTATUS_RUN, 0);
+
+	if (conn->pUndoStmt == outer && conn->undoRun == run)
+		return;
+	fenceUndoForget(conn);
+	conn->pUndoStmt = outer;
+	conn->undoRun = run;
+	conn->undoMark = conn->held.n_entries;
+	conn->undoChanges = sqlite3_total_changes64(conn->db);
+}
+
+/* Note the resource's highest before we change it; SQLITE_NOMEM if we cannot. */
+static int
+undoNote(FenceConn *conn, const char *z, int n, int bHad, sqlite3_int64 token,
+		 const char *zAt)
+{
+	FenceUndo  *u;
+
+	if (conn->nUndo >= conn->nUndoAlloc)
+	{
+		int			nAlloc = conn->nUndoAlloc ? conn->nUndoAlloc * 2 : 4;
+		FenceUndo  *a = sqlite3_realloc64(conn->aUndo, sizeof(FenceUndo) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+			return SQLITE_NOMEM;
+		conn->aUndo = a;
+		conn->nUndoAlloc = nAlloc;
+	}
+	u = &conn->aUndo[conn->nUndo];
+	u->resource = sqlite3_malloc(n + 1);
+	if (u->resource == NULL)
+		return SQLITE_NOMEM;
+	memcpy(u->resource, z, (size_t) n);
+	u->resource[n] = '\0';
+	u->n = n;
+	u->bHad = bHad;
+	u->token = token;
+	sqlite3_snprintf((int) sizeof(u->zUpdatedAt), u->zUpdatedAt, "%s", zAt ? zAt : "");
+	conn->nUndo++;
+	return SQLITE_OK;
+}
+
+static int
+undoOne(FenceConn *conn, const FenceUndo *u)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			rc;
+
+	if (!u->bHad)
+		return runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, u->resource, u->n, 0);
+	rc = sqlite3_prepare_v2(conn->db, restoreTokenSql, -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, u->resource, u->n, SQLITE_STATIC);
+		sqlite3_bind_int64(stmt, 2, u->token);
+		sqlite3_bind_text(stmt, 3, u->zUpdatedAt, -1, SQLITE_STATIC);
+		rc = sqlite3_step(stmt);
+		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/*
+ * One of fence's functions is about to raise an error: if it runs inside
+ * the same run of the writing statement whose accepts we noted, and that
+ * statement has written nothing of its own since, undo those accepts.
+ */
+static void
+undoOnError(FenceConn *conn)
+{
+	sqlite3_stmt *outer;
+	int			i;
+	int			rc = SQLITE_OK;
+
+	/* a trigger on fence_tokens fired by the undo itself brought us back */
+	if (conn->pUndoStmt == NULL || conn->bUndoing)
+		return;
+	conn->bUndoing = 1;
+	outer = outerWriter(conn);
+	if (outer == conn->pUndoStmt &&
+		sqlite3_stmt_status(outer, SQLITE_STMTSTATUS_RUN, 0) == conn->undoRun &&
+		sqlite3_total_changes64(conn->db) == conn->undoChanges)
+	{
+		for (i = conn->nUndo - 1; i >= 0 && rc == SQLITE_OK; i--)
+			rc = undoOne(conn, &conn->aUndo[i]);
+		if (rc != SQLITE_OK)
+			conn->bBroken = 1;	/* fail closed: the transaction cannot commit */
+		if (conn->bEnlisted && conn->undoMark <= conn->held.n_entries)
+			fence_held_truncate(&conn->held, conn->undoMark);
+	}
+	fenceUndoForget(conn);
+	conn->bUndoing = 0;
+}
+
+/*
+ * The held-fence log could not record a change (out of memory): from now on
+ * the transaction fails closed (FENCE_BROKEN_MSG) until it ends.
+ */
+static int
+heldOutOfMemory(FenceConn *conn)
+{
+	conn->bBroken = 1;
+	return FENCE_RC_BROKEN;
 }
 
 /*
@@ -190,6 +433,8 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	sqlite3_int64 highest;
 	int			has;
 	int			rc;
+	char		zAt[64] = "";
+	sqlite3_stmt *outer;
 
 	*pStale = 0;
 	*pHighest = 0;
@@ -199,14 +444,20 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	 * took when enlisting: nothing but this transaction can have moved the
 	 * highest since, and its own moves update what it holds.
 	 */
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) == token)
+	if (conn->bEnlisted && !conn->bBroken &&
+		fence_held_get(&conn->held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
 	rc = fenceHeldEnlist(conn);
+	if (rc == SQLITE_OK && conn->bBroken)
+		rc = FENCE_RC_BROKEN;
 	if (rc == SQLITE_OK)
-		rc = readHighest(conn, z, n, 1, &has, &highest);
+		rc = readHighestAt(conn, z, n, 1, &has, &highest, zAt, (int) sizeof(zAt));
 	if (rc != SQLITE_OK)
 		return rc;
+	outer = conn->bEnlisted ? outerWriter(conn) : NULL;
+	if (outer)
+		undoFor(conn, outer);
 
 	verdict = fence_decide(has, highest, token);
 	if (!fence_verdict_accepts(verdict))
@@ -217,7 +468,11 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	}
 	if (verdict != FENCE_ACCEPT_EQUAL)
 	{
+		if (outer && undoNote(conn, z, n, has, highest, zAt) != SQLITE_OK)
+			return SQLITE_NOMEM;
 		rc = runTokenStmt(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token);
+		if (outer)
+			conn->undoChanges = sqlite3_total_changes64(conn->db);
 		if (rc != SQLITE_OK)
 			return rc;
 
@@ -241,8 +496,9 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		}
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token)
-		rc = fence_held_set(&conn->held, z, (size_t) n, token, 0) ? SQLITE_NOMEM : SQLITE_OK;
+	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token &&
+		fence_held_set(&conn->held, z, (size_t) n, token, 0) != 0)
+		return heldOutOfMemory(conn);
 	return rc;
 }
 
@@ -256,6 +512,8 @@ resultInvalid(sqlite3_context *ctx, const char *what, FenceProblem problem,
 {
 	char		buf[FENCE_MSG_MAX];
 
+	undoOnError(sqlite3_user_data(ctx));
+
 	sqlite3_result_error(ctx, fence_msg_invalid(buf, what, problem, len, token), -1);
 	sqlite3_result_error_code(ctx, FENCE_RC_INVALID);
 }
@@ -266,6 +524,8 @@ resultStale(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token,
 {
 	char		buf[FENCE_MSG_MAX];
 
+	undoOnError(sqlite3_user_data(ctx));
+
 	sqlite3_result_error(ctx, fence_line_stale(buf, z, (size_t) n, token, highest), -1);
 	sqlite3_result_error_code(ctx, FENCE_RC_STALE);
 }
@@ -275,15 +535,58 @@ resultMissing(sqlite3_context *ctx, FenceMissing why, const char *z, int n)
 {
 	char		buf[FENCE_MSG_MAX];
 
+	undoOnError(sqlite3_user_data(ctx));
+
 	sqlite3_result_error(ctx, fence_line_missing(buf, why, z, (size_t) n, NULL), -1);
 	sqlite3_result_error_code(ctx, FENCE_RC_MISSING);
 }
 
-/* An error of SQLite itself (SQLITE_BUSY, SQLITE_READONLY...) passes through. */
+/*
+ * An error of SQLite itself (SQLITE_BUSY, SQLITE_READONLY...) passes through
+ * with SQLite's message, or ours for what fence itself refuses.
+ */
 static void
 resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 {
-	sqlite3_result_error(ctx, sqlite3_errmsg(conn->db), -1);
+	char		saved[sizeof(conn->zSavedErr)];
+	const char *msg;
+
+	/* undoing may run statements of ours: keep the message it would replace */
+	saved[0] = '\0';
+	if (conn->savedRc == rc)
+		memcpy(saved, conn->zSavedErr, sizeof(saved));
+	conn->savedRc = SQLITE_OK;
+	undoOnError(conn);
+	msg = saved[0] ? saved : sqlite3_errmsg(conn->db);
+	if (rc == FENCE_RC_BROKEN)
+	{
+		sqlite3_result_error(ctx, FENCE_BROKEN_MSG, -1);
+		sqlite3_result_error_code(ctx, SQLITE_NOMEM);
+		return;
+	}
+	if (rc == FENCE_RC_SHADOWED)
+	{
+		sqlite3_result_error(ctx, FENCE_SHADOWED_MSG, -1);
+		sqlite3_result_error_code(ctx, SQLITE_ERROR);
+		return;
+	}
+	if (rc == FENCE_RC_REENTERED)
+	{
+		sqlite3_result_error(ctx, FENCE_REENTERED_MSG, -1);
+		sqlite3_result_error_code(ctx, SQLITE_ERROR);
+		return;
+	}
+	if ((rc & 0xff) == SQLITE_NOMEM)
+	{
+		sqlite3_result_error_nomem(ctx);
+		return;
+	}
+	/* the connection's last error may belong to another call: never "not an error" */
+	if (msg != saved &&
+		(sqlite3_errcode(conn->db) == SQLITE_OK || sqlite3_errcode(conn->db) == SQLITE_DONE ||
+		 sqlite3_errcode(conn->db) == SQLITE_ROW))
+		msg = sqlite3_errstr(rc);
+	sqlite3_result_error(ctx, msg, -1);
 	sqlite3_result_error_code(ctx, rc);
 }
 
@@ -467,8 +770,9 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		return;
 	rc = runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, z, n, 0);
 	/* the transaction no longer holds what was forgotten (undone on rollback) */
-	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
-		rc = fence_held_set(&conn->held, z, (size_t) n, -1, 0) ? SQLITE_NOMEM : SQLITE_OK;
+	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
+		fence_held_set(&conn->held, z, (size_t) n, -1, 0) != 0)
+		rc = heldOutOfMemory(conn);
 	if (rc != SQLITE_OK)
 		resultDbError(ctx, conn, rc);
 	else
@@ -517,10 +821,28 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (argc == 1 ? !argResource(ctx, argv[0], &z, &n)
 		: !argKeyResource(ctx, argv[0], argv[1], buf, &z, &n))
 		return;
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
+	if (conn->bEnlisted && conn->bBroken)
+		resultDbError(ctx, conn, FENCE_RC_BROKEN);
+	else if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
 		sqlite3_result_int(ctx, 1);
 	else
 		resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);
+}
+
+/*
+ * fence_loaded(): the connection's FenceConn as an SQLite pointer value of
+ * type FENCE_CONN_POINTER. Only C code can make a pointer value of that
+ * type, so a function of the same name that an application defines in SQL
+ * or returns NULL cannot pass for it. To SQL it reads as NULL.
+ */
+#define FENCE_CONN_POINTER "fence.FenceConn"
+
+static void
+fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	(void) argc;
+	(void) argv;
+	sqlite3_result_pointer(ctx, sqlite3_user_data(ctx), FENCE_CONN_POINTER, NULL);
 }
 
 /* ---------------------------------------------------------------------
@@ -558,7 +880,45 @@ static const struct FenceFunction
 	{"fence_guard_write", 3, FROM_TRIGGER, fenceGuardWriteFunc},
 	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardFencedFunc},
+	/* last: its presence says every function above is registered */
+	{"fence_loaded", 0, APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
 };
+
+/*
+ * Is fence already loaded on db? Loading it again must be harmless (SPEC.md
+ * "No way around the fence"): registering the modules again would make
+ * SQLite destroy the first FenceConn while the open transaction, its
+ * savepoints and the functions registered the first time still point at
+ * it. So a second load finds the first by calling fence_loaded() and keeps
+ * it. Returns SQLITE_OK with *pLoaded set, or the error that kept us from
+ * asking (out of memory, say), in which case nothing was changed.
+ */
+static int
+fenceAlreadyLoaded(sqlite3 *db, int *pLoaded)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			rc;
+
+	*pLoaded = 0;
+	rc = sqlite3_prepare_v2(db, "SELECT fence_loaded()", -1, &stmt, NULL);
+	if (rc == SQLITE_ERROR)
+	{
+		/* "no such function": not loaded yet */
+		sqlite3_finalize(stmt);
+		return SQLITE_OK;
+	}
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW)
+	{
+		*pLoaded = sqlite3_value_pointer(sqlite3_column_value(stmt, 0),
+										 FENCE_CONN_POINTER) != NULL;
+		rc = SQLITE_OK;
+	}
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
 
 #ifdef _WIN32
 __declspec(dllexport)
@@ -569,8 +929,19 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	FenceConn  *conn;
 	size_t		i;
 	int			rc;
+	int			bLoaded;
 
 	SQLITE_EXTENSION_INIT2(pApi);
+
+	rc = fenceAlreadyLoaded(db, &bLoaded);
+	if (rc != SQLITE_OK)
+	{
+		*pzErrMsg = sqlite3_mprintf("fence: cannot tell whether fence is already loaded "
+									"on this connection: %s", sqlite3_errstr(rc));
+		return rc;
+	}
+	if (bLoaded)
+		return SQLITE_OK;		/* the first load's state stays in charge */
 
 	conn = sqlite3_malloc(sizeof(*conn));
 	if (conn == NULL)
@@ -579,12 +950,13 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	conn->db = db;
 	fence_held_init(&conn->held, &fenceSqliteAllocator);
 
-	/* from here on the module owns conn, even when registering fails */
+	/* from here on the fence_held module owns conn, even when this fails */
 	rc = fenceHeldRegister(db, conn);
 	if (rc != SQLITE_OK)
 	{
 		*pzErrMsg = sqlite3_mprintf("fence: cannot register fence_held: %s",
 									sqlite3_errstr(rc));
+		fenceHeldUnregister(db);
 		return rc;
 	}
 	for (i = 0; i < sizeof(fenceFunctions) / sizeof(fenceFunctions[0]); i++)
@@ -597,12 +969,30 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		{
 			*pzErrMsg = sqlite3_mprintf("fence: cannot register %s/%d: %s",
 										f->name, f->nArg, sqlite3_errmsg(db));
-			return rc;
+			break;
 		}
 	}
-	rc = fenceHeldConnect(conn);
+	if (rc == SQLITE_OK)
+	{
+		/*
+		 * Connecting now reads the schema, which another connection's lock
+		 * may forbid; loading must not fail for that. Each use connects
+		 * first (fenceHeldConnect) and reports what stops it then.
+		 */
+		(void) fenceHeldConnect(conn);
+	}
 	if (rc != SQLITE_OK)
-		*pzErrMsg = sqlite3_mprintf("fence: cannot connect fence_held: %s",
-									sqlite3_errmsg(db));
+	{
+		/*
+		 * A failed load is undone whole: SQLite unmaps the library after a
+		 * failed init, so no function may stay bound to its code or to conn,
+		 * which removing the module frees. Removing a function that exists
+		 * allocates nothing, so this cannot fail half way.
+		 */
+		while (i-- > 0)
+			sqlite3_create_function_v2(db, fenceFunctions[i].name, fenceFunctions[i].nArg,
+									   fenceFunctions[i].flags, NULL, NULL, NULL, NULL, NULL);
+		fenceHeldUnregister(db);
+	}
 	return rc;
 }

@@ -58,6 +58,26 @@ const FenceAllocator fenceSqliteAllocator = {sqliteAlloc, sqliteRealloc, sqliteF
  * The fence_held virtual table.
  * ------------------------------------------------------------------ */
 
+/*
+ * A FenceConn lives as long as anything points at it: the fence_held module
+ * (its destructor) and every connected table of either module. SQLite may
+ * disconnect a table after the module is gone (a failed load's cleanup, or
+ * a second registration, leaves the table on its deferred-disconnect list),
+ * so the last of them frees it, not the module.
+ */
+static void
+connRelease(FenceConn *conn)
+{
+	if (--conn->nRef > 0)
+		return;
+	fenceFinalizeStatements(conn);
+	fenceUndoForget(conn);
+	sqlite3_free(conn->aUndo);
+	fence_held_free(&conn->held);
+	sqlite3_free(conn->aMark);
+	sqlite3_free(conn);
+}
+
 typedef struct HeldVtab
 {
 	sqlite3_vtab base;
@@ -92,6 +112,7 @@ heldConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 		return SQLITE_NOMEM;
 	memset(vtab, 0, sizeof(*vtab));
 	vtab->conn = conn;
+	conn->nRef++;
 	conn->bVtabConnected = 1;
 	*ppVtab = &vtab->base;
 	return SQLITE_OK;
@@ -112,6 +133,7 @@ heldDisconnect(sqlite3_vtab *pVtab)
 
 	fenceFinalizeStatements(vtab->conn);
 	vtab->conn->bVtabConnected = 0;
+	connRelease(vtab->conn);
 	sqlite3_free(vtab);
 	return SQLITE_OK;
 }
@@ -131,6 +153,7 @@ txnConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 static int
 txnDisconnect(sqlite3_vtab *pVtab)
 {
+	connRelease(((HeldVtab *) pVtab)->conn);
 	sqlite3_free(pVtab);
 	return SQLITE_OK;
 }
@@ -263,14 +286,17 @@ heldStartOver(sqlite3_vtab *pVtab, int bEnlisted)
 	FenceConn  *conn = vtabConn(pVtab);
 
 	fence_held_clear(&conn->held);
+	fenceUndoForget(conn);
 	conn->nMark = 0;
 	conn->bEnlisted = bEnlisted;
+	conn->bBroken = 0;
 	return SQLITE_OK;
 }
 
 static int
 heldBegin(sqlite3_vtab *pVtab)
 {
+	vtabConn(pVtab)->nBegin++;
 	return heldStartOver(pVtab, 1);
 }
 
@@ -292,7 +318,11 @@ heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 		int		   *a = sqlite3_realloc64(conn->aMark, sizeof(int) * (sqlite3_uint64) nAlloc);
 
 		if (a == NULL)
+		{
+			/* a later ROLLBACK TO could not undo what it must: fail closed */
+			conn->bBroken = 1;
 			return SQLITE_NOMEM;
+		}
 		conn->aMark = a;
 		conn->nMarkAlloc = nAlloc;
 	}
@@ -333,6 +363,23 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 	return SQLITE_OK;
 }
 
+/*
+ * Phase one of a commit: a transaction in which fence lost track of its
+ * fences (out of memory) may not commit at all. An error here makes SQLite
+ * roll the whole transaction back.
+ */
+static int
+heldSync(sqlite3_vtab *pVtab)
+{
+	FenceConn  *conn = vtabConn(pVtab);
+
+	if (!conn->bBroken)
+		return SQLITE_OK;
+	sqlite3_free(pVtab->zErrMsg);
+	pVtab->zErrMsg = sqlite3_mprintf("%s", FENCE_BROKEN_MSG);
+	return SQLITE_NOMEM;
+}
+
 /* fence_held: what the transaction holds, for people to read */
 static const sqlite3_module heldModule = {
 	1,							/* iVersion */
@@ -370,7 +417,7 @@ static const sqlite3_module txnModule = {
 	heldRowid,
 	heldUpdate,
 	heldBegin,
-	NULL,						/* xSync */
+	heldSync,
 	heldEnd,					/* xCommit */
 	heldEnd,					/* xRollback */
 	NULL,						/* xFindFunction */
@@ -381,26 +428,39 @@ static const sqlite3_module txnModule = {
 	NULL						/* xShadowName */
 };
 
+/* The module's destructor: it drops the reference the module holds. */
 static void
 connDestroy(void *p)
 {
 	FenceConn  *conn = p;
 
 	fenceFinalizeStatements(conn);
-	fence_held_free(&conn->held);
-	sqlite3_free(conn->aMark);
-	sqlite3_free(conn);
+	connRelease(conn);
 }
 
 /* Register fence_held; the module owns conn and frees it with the connection. */
 int
 fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 {
-	int			rc = sqlite3_create_module_v2(db, "fence_held", &heldModule, conn, connDestroy);
+	int			rc;
+
+	conn->nRef = 1;				/* the fence_held module's */
+	rc = sqlite3_create_module_v2(db, "fence_held", &heldModule, conn, connDestroy);
 
 	if (rc == SQLITE_OK)
 		rc = sqlite3_create_module_v2(db, "fence_txn", &txnModule, conn, NULL);
 	return rc;
+}
+
+/*
+ * Undo fenceHeldRegister after a failed load: removing fence_held destroys
+ * the FenceConn it owns. Removing a module allocates nothing.
+ */
+void
+fenceHeldUnregister(sqlite3 *db)
+{
+	sqlite3_create_module_v2(db, "fence_txn", NULL, NULL, NULL);
+	sqlite3_create_module_v2(db, "fence_held", NULL, NULL, NULL);
 }
 
 /*
@@ -415,8 +475,18 @@ fenceHeldConnect(FenceConn *conn)
 
 	if (conn->bVtabConnected)
 		return SQLITE_OK;
-	rc = sqlite3_prepare_v2(conn->db, "SELECT 1 FROM fence_held", -1, &stmt, NULL);
+	/* main.: a TEMP or attached table of the same name must not answer */
+	rc = sqlite3_prepare_v2(conn->db, "SELECT 1 FROM main.fence_held", -1, &stmt, NULL);
 	sqlite3_finalize(stmt);
+	if (rc == SQLITE_OK && !conn->bVtabConnected)
+	{
+		/*
+		 * A table of the main database named fence_held hides the virtual
+		 * table, and without it the statements cached below could never be
+		 * finalized at close. Refuse (fail closed) rather than leak them.
+		 */
+		rc = FENCE_RC_SHADOWED;
+	}
 	return rc;
 }
 
@@ -433,18 +503,36 @@ fenceHeldEnlist(FenceConn *conn)
 {
 	int			rc;
 
+	unsigned	nBegin = conn->nBegin;
+
 	if (conn->bEnlisted)
 		return SQLITE_OK;
 	if (conn->pEnlist == NULL)
 	{
 		rc = fenceHeldConnect(conn);
 		if (rc == SQLITE_OK)
-			rc = sqlite3_prepare_v3(conn->db, "DELETE FROM fence_txn WHERE 0", -1,
+			rc = sqlite3_prepare_v3(conn->db, "DELETE FROM main.fence_txn WHERE 0", -1,
 									SQLITE_PREPARE_PERSISTENT, &conn->pEnlist, NULL);
 		if (rc != SQLITE_OK)
 			return rc;
 	}
 	rc = sqlite3_step(conn->pEnlist);
+	if (rc != SQLITE_DONE)
+		return sqlite3_reset(conn->pEnlist);	/* with the step's message */
 	sqlite3_reset(conn->pEnlist);
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+
+	/*
+	 * The statement ran but no transaction began on fence_txn: what it
+	 * deleted from was a table of the main database named fence_txn, made
+	 * after we prepared. Holding nothing while saying "accepted" is what
+	 * must never happen: refuse. (Forget the statement, so that the name is
+	 * resolved again once that table is gone.)
+	 */
+	if (!conn->bEnlisted && conn->nBegin == nBegin)
+	{
+		sqlite3_finalize(conn->pEnlist);
+		conn->pEnlist = NULL;
+		return FENCE_RC_SHADOWED;
+	}
+	return SQLITE_OK;
 }

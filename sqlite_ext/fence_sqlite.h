@@ -12,15 +12,43 @@
 #include "../core/fence_core.h"
 #include "../core/fence_held.h"
 
+/*
+ * What one accept inside another writing statement changed in fence_tokens,
+ * so that an error later in that statement can put it back (fence.c,
+ * "Undoing a failed statement").
+ */
+typedef struct FenceUndo
+{
+	char	   *resource;		/* sqlite3_malloc'd copy */
+	int			n;
+	int			bHad;			/* the resource had a highest before */
+	sqlite3_int64 token;		/* that highest */
+	char		zUpdatedAt[64]; /* and its updated_at */
+} FenceUndo;
+
 typedef struct FenceConn
 {
 	sqlite3    *db;
+	int			nRef;			/* the module and each connected table */
 	int			bEnlisted;		/* fence_held is part of the open transaction */
 	int			bVtabConnected; /* the eponymous fence_held is connected */
+	int			bBroken;		/* out of memory: what is held is unknown */
+	unsigned	nBegin;			/* transactions fence_txn has joined */
 	FenceHeld	held;			/* what the open transaction holds */
 	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
 	int			nMark;
 	int			nMarkAlloc;
+	/* the writing statement whose run the undo log belongs to */
+	sqlite3_stmt *pUndoStmt;
+	int			undoRun;		/* its SQLITE_STMTSTATUS_RUN then */
+	sqlite3_int64 undoChanges;	/* total_changes after our last own write */
+	int			undoMark;		/* held log length before its first accept */
+	FenceUndo  *aUndo;
+	int			nUndo;
+	int			nUndoAlloc;
+	int			bUndoing;		/* undoOnError is running */
+	int			savedRc;		/* the error zSavedErr describes */
+	char		zSavedErr[512];
 	/* cached statements, finalized when fence_held disconnects (at close) */
 	sqlite3_stmt *pSelectToken;
 	sqlite3_stmt *pAdvanceToken;
@@ -30,12 +58,14 @@ typedef struct FenceConn
 
 /* fence_held.c */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
+void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);
+void		fenceUndoForget(FenceConn *conn);
 
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
@@ -44,6 +74,34 @@ void		fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 /* The entry point (the file name fence.so gives its name). */
 int			sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 							   const sqlite3_api_routines *pApi);
+
+/*
+ * Out of memory while fence tracked the transaction's fences: it fails
+ * closed, refusing every accept and guard and its commit until it ends.
+ */
+#define FENCE_BROKEN_MSG \
+	"fence: out of memory while tracking this transaction's fences; it can take " \
+	"or use no fence and cannot commit: roll it back and retry"
+
+/*
+ * A guard ran from inside fence's own write of fence_tokens (a trigger on
+ * fence_tokens that writes a protected table): refused, never recursed.
+ */
+#define FENCE_REENTERED_MSG \
+	"fence: a trigger on fence_tokens wrote a protected table while fence was " \
+	"writing fence_tokens; fence refuses to re-enter itself: drop that trigger " \
+	"or make it write no protected table"
+
+/* A table of the user's hides fence's own virtual tables in main. */
+#define FENCE_SHADOWED_MSG \
+	"fence: a table named fence_held or fence_txn in the main database hides " \
+	"fence's own virtual table of that name; fence refuses to work until it is " \
+	"renamed or dropped"
+
+/* Internal return codes of fence.c, turned into the messages above. */
+#define FENCE_RC_BROKEN    (-1)
+#define FENCE_RC_REENTERED (-2)
+#define FENCE_RC_SHADOWED  (-3)
 
 /* Result codes, documented in README.md. */
 #define FENCE_RC_STALE   SQLITE_CONSTRAINT_FUNCTION

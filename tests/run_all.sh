@@ -24,7 +24,8 @@ step() {	# step NAME COMMAND...: run it, echo and keep its report lines
 build() {	# the builds, each a test: strict warnings are an error in CI
 	make -s sqlite_ext/fence.so build/fence_sqlite_runner >/dev/null; report $? "build sqlite_ext/fence.so"
 	make -s build/strict/fence.so >/dev/null; report $? "build with -Wall -Wextra -Werror"
-	make -s build/asan/fence.so build/asan/fence_sqlite_runner build/asan/core_test >/dev/null
+	make -s build/asan/fence.so build/asan/fence_sqlite_runner build/asan/core_test \
+		build/asan/fence_runtime >/dev/null
 	report $? "build with AddressSanitizer and UBSan"
 }
 
@@ -37,6 +38,15 @@ step "SQLite regression suite" bash tests/run_sqlite_regress.sh
 step "SQLite regression suite under ASan and UBSan" \
 	env RUNNER=build/asan/fence_sqlite_runner EXT=build/asan/fence.so LABEL=sqlite-asan \
 	bash tests/run_sqlite_regress.sh
+runtime() {	# tests/sqlite_runtime.c on a scratch directory (in memory when it can)
+	local d
+	d=$(mktemp -d -p /dev/shm 2>/dev/null || mktemp -d)
+	build/asan/fence_runtime "$FENCE_ROOT/build/asan/fence.so" "$d"
+	local status=$?
+	rm -rf "$d"
+	return $status
+}
+step "SQLite allocation failures, loading twice, close_v2 (ASan, UBSan)" runtime
 step "shared corpus on SQLite" "$PYTHON" tests/corpus_runner.py --engine sqlite
 for t in tests/sqlite_*.py; do
 	[ -e "$t" ] && step "$(basename "$t")" "$PYTHON" "$t"
