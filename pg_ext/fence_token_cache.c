@@ -23,11 +23,13 @@
  * advance; nothing opens the composite type fence_cache_signal, so its
  * invalidation costs only the callback.
  *
- * The cache is trusted only while fence_tokens carries the trigger, enabled
- * ALWAYS (so that session_replication_role cannot skip it), checked every
- * time the table's relcache entry changes; an older extension version
- * without it, or a disabled trigger, turns the cache off and every call
- * reads the table, as before. It is never used during recovery: a standby
+ * The cache is trusted only while fence_tokens carries both triggers, the
+ * statement one (1.2) and the row one (1.3: a logical replication apply
+ * worker fires row triggers enabled ALWAYS but no statement triggers), both
+ * enabled ALWAYS (so that session_replication_role cannot skip them),
+ * checked every time the table's relcache entry changes; an older extension
+ * version without them, or a disabled trigger, turns the cache off and
+ * every call reads the table, as before. It is never used during recovery: a standby
  * replays advances without taking their locks.
  *
  * The cache is direct-mapped, fixed size and allocation-free: a backend's
@@ -50,6 +52,7 @@
 
 #define SIGNAL_RELATION "fence_cache_signal"
 #define CHANGE_TRIGGER "fence_tokens_changed"
+#define CHANGE_ROW_TRIGGER "fence_tokens_changed_row"
 
 typedef struct CacheSlot
 {
@@ -78,25 +81,35 @@ cache_invalidated(Datum arg, Oid relid)
 		trusted = false;
 }
 
+/*
+ * Both triggers of fence_tokens that announce changes, enabled ALWAYS: the
+ * statement trigger (1.2; TRUNCATE, and every statement of a session) and
+ * the row trigger (1.3; the rows a logical replication apply worker writes,
+ * since it fires no statement triggers).
+ */
 static bool
-has_change_trigger(Relation tokens)
+has_trigger(TriggerDesc *trigdesc, const char *name, bool forRow, int16 wanted)
 {
-	TriggerDesc *trigdesc = tokens->trigdesc;
-	const int16 wanted = TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE |
-		TRIGGER_TYPE_DELETE | TRIGGER_TYPE_TRUNCATE;
-
-	if (trigdesc == NULL)
-		return false;
 	for (int i = 0; i < trigdesc->numtriggers; i++)
 	{
 		Trigger    *t = &trigdesc->triggers[i];
 
-		if (strcmp(t->tgname, CHANGE_TRIGGER) == 0)
+		if (strcmp(t->tgname, name) == 0)
 			return t->tgenabled == TRIGGER_FIRES_ALWAYS &&
-				!TRIGGER_FOR_ROW(t->tgtype) &&
+				TRIGGER_FOR_ROW(t->tgtype) == forRow &&
 				(t->tgtype & wanted) == wanted;
 	}
 	return false;
+}
+
+static bool
+has_change_trigger(Relation tokens)
+{
+	const int16 dml = TRIGGER_TYPE_INSERT | TRIGGER_TYPE_UPDATE | TRIGGER_TYPE_DELETE;
+
+	return tokens->trigdesc != NULL &&
+		has_trigger(tokens->trigdesc, CHANGE_TRIGGER, false, dml | TRIGGER_TYPE_TRUNCATE) &&
+		has_trigger(tokens->trigdesc, CHANGE_ROW_TRIGGER, true, dml);
 }
 
 /*

@@ -8,6 +8,9 @@
  * arguments (token_column, resource_or_prefix, key_column), '' for absent:
  *   fence_guard           BEFORE INSERT OR UPDATE OR DELETE, FOR EACH ROW
  *   fence_guard_truncate  BEFORE TRUNCATE, FOR EACH STATEMENT
+ * and so has every partition and inheritance child below it, present and
+ * future (fence_protect, and the event trigger fence_guard_hierarchy: see
+ * "the guard of a whole hierarchy" below).
  *
  * Rules (SPEC.md "Protected tables"): an INSERT presents the row's token
  * (NULL is 23T02). An UPDATE whose statement sets the token column (the
@@ -29,16 +32,26 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/genam.h"
 #include "access/relation.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
+#include "commands/event_trigger.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/bitmapset.h"
 #include "parser/parse_coerce.h"
+#include "parser/parse_func.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
@@ -307,8 +320,318 @@ fence_guard(PG_FUNCTION_ARGS)
 }
 
 /* ---------------------------------------------------------------------
- * fence_protect / fence_unprotect
+ * fence_protect / fence_unprotect, and the guard of a whole hierarchy
+ *
+ * A guard covers the table and every partition and inheritance child below
+ * it, present and future, with the same trigger arguments everywhere:
+ *
+ *   - PostgreSQL clones a partitioned table's row triggers to its
+ *     partitions (those attached or created later too), but not its TRUNCATE
+ *     trigger, and copies nothing to inheritance children. fence_protect
+ *     therefore creates, on every descendant (find_all_inheritors), whichever
+ *     of the two triggers it lacks.
+ *   - The event trigger fence_guard_hierarchy (1.3; ddl_command_end of
+ *     CREATE TABLE, CREATE FOREIGN TABLE and ALTER TABLE; ENABLE ALWAYS) does
+ *     the same for the tables each command created or altered: CREATE TABLE
+ *     .. PARTITION OF / INHERITS, ATTACH PARTITION, ALTER TABLE .. INHERIT.
+ *   - DETACH PARTITION drops the partition's cloned row trigger; the event
+ *     trigger puts it back from the partition's TRUNCATE trigger, which
+ *     still holds the arguments. NO INHERIT keeps both triggers. Leaving a
+ *     hierarchy never unguards a table; fence_unprotect does that.
+ *   - A descendant with a different guard of its own, two parents with
+ *     different guards, or a foreign table below a guarded table (it cannot
+ *     carry a TRUNCATE trigger, and its rows live elsewhere) is an error:
+ *     the command is refused and nothing of it stays.
+ *   - fence_protect and fence_unprotect refuse a table that inherits its
+ *     guard from above: the guard is managed at the top of the hierarchy.
+ *
+ * Locks: fence_protect and fence_unprotect take ShareRowExclusiveLock (what
+ * CREATE TRIGGER takes) on the table and every descendant. The event trigger
+ * reads the hierarchy under AccessShareLock, so that ATTACH PARTITION keeps
+ * its light lock on the other partitions, and CREATE TRIGGER takes its own
+ * lock only on a table that needs a trigger.
  * ------------------------------------------------------------------ */
+
+/* A guard's trigger arguments, copied out of the relcache. */
+typedef struct GuardArgs
+{
+	Oid			relid;			/* the table they were read from */
+	int			nargs;
+	char	  **args;
+} GuardArgs;
+
+/* fence_guard() of the extension whose schema is nsp. */
+static Oid
+guard_function(Oid nsp)
+{
+	return LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
+									 makeString("fence_guard")),
+						  0, NULL, false);
+}
+
+/* The trigger called name on rel, whatever its function; NULL if none. */
+static Trigger *
+trigger_named(Relation rel, const char *name)
+{
+	TriggerDesc *trigdesc = rel->trigdesc;
+
+	if (trigdesc == NULL)
+		return NULL;
+	for (int i = 0; i < trigdesc->numtriggers; i++)
+		if (strcmp(trigdesc->triggers[i].tgname, name) == 0)
+			return &trigdesc->triggers[i];
+	return NULL;
+}
+
+static void
+copy_args(Relation rel, const Trigger *t, GuardArgs *out)
+{
+	out->relid = RelationGetRelid(rel);
+	out->nargs = t->tgnargs;
+	out->args = palloc0(sizeof(char *) * (t->tgnargs + 1));
+	for (int i = 0; i < t->tgnargs; i++)
+		out->args[i] = pstrdup(t->tgargs[i]);
+}
+
+/*
+ * The guard relid carries itself: the arguments of its row trigger, or, when
+ * DETACH took the cloned row trigger away, of its TRUNCATE trigger. The
+ * caller holds a lock on relid.
+ */
+static bool
+own_guard(Oid relid, Oid fn, GuardArgs *out)
+{
+	static const char *const names[] = {GUARD_TRIGGER, TRUNCATE_TRIGGER};
+	Relation	rel = relation_open(relid, NoLock);
+	bool		found = false;
+
+	for (int i = 0; i < lengthof(names) && !found; i++)
+	{
+		Trigger    *t = trigger_named(rel, names[i]);
+
+		if (t && t->tgfoid == fn)
+		{
+			copy_args(rel, t, out);
+			found = true;
+		}
+	}
+	relation_close(rel, NoLock);
+	return found;
+}
+
+static bool
+same_args(const GuardArgs *a, const GuardArgs *b)
+{
+	if (a->nargs != b->nargs)
+		return false;
+	for (int i = 0; i < a->nargs; i++)
+		if (strcmp(a->args[i], b->args[i]) != 0)
+			return false;
+	return true;
+}
+
+/* The direct parents of relid, partition parent or inheritance parents. */
+static List *
+parents_of(Oid relid)
+{
+	Relation	inherits = table_open(InheritsRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	List	   *parents = NIL;
+
+	ScanKeyInit(&key, Anum_pg_inherits_inhrelid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(relid));
+	scan = systable_beginscan(inherits, InheritsRelidSeqnoIndexId, true, NULL, 1, &key);
+	while ((tuple = systable_getnext(scan)) != NULL)
+		parents = lappend_oid(parents, ((Form_pg_inherits) GETSTRUCT(tuple))->inhparent);
+	systable_endscan(scan);
+	table_close(inherits, AccessShareLock);
+	return parents;
+}
+
+/*
+ * The guard relid inherits: that of the nearest guarded table on each path
+ * upwards. Two different ones (multiple inheritance) are an error.
+ */
+static bool
+inherited_guard(Oid relid, Oid fn, GuardArgs *out)
+{
+	List	   *todo = parents_of(relid);
+	List	   *seen = NIL;
+	bool		found = false;
+
+	while (todo != NIL)
+	{
+		Oid			parent = linitial_oid(todo);
+		GuardArgs	g;
+
+		todo = list_delete_first(todo);
+		if (list_member_oid(seen, parent))
+			continue;
+		seen = lappend_oid(seen, parent);
+		LockRelationOid(parent, AccessShareLock);
+		if (!OidIsValid(get_rel_relkind(parent)))
+			continue;			/* dropped meanwhile */
+		if (!own_guard(parent, fn, &g))
+		{
+			todo = list_concat(todo, parents_of(parent));
+			continue;
+		}
+		if (found && !same_args(out, &g))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table \"%s\" would inherit two different fences, from \"%s\" and \"%s\"",
+							get_rel_name(relid), get_rel_name(out->relid),
+							get_rel_name(g.relid)),
+					 errdetail("A table below a protected table is guarded with the fence of the table above it."),
+					 errhint("Give the parents one fence, or inherit from only one of them.")));
+		*out = g;
+		found = true;
+	}
+	return found;
+}
+
+static char *
+qualified_name_of(Oid relid)
+{
+	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+									  get_rel_name(relid));
+}
+
+static void
+run_ddl(const char *sql)
+{
+	int			rc;
+
+	if ((rc = SPI_connect()) != SPI_OK_CONNECT)
+		elog(ERROR, "fence: SPI_connect failed: %s", SPI_result_code_string(rc));
+	rc = SPI_execute(sql, false, 0);
+	if (rc != SPI_OK_UTILITY)
+		elog(ERROR, "fence: \"%s\" failed: %s", sql, SPI_result_code_string(rc));
+	SPI_finish();
+	/* the next catalog look-up must see what this command did */
+	CommandCounterIncrement();
+}
+
+/* DROP the guard's triggers that exist; no NOTICE for those that do not. */
+static void
+drop_guard(Oid relid)
+{
+	static const char *const names[] = {GUARD_TRIGGER, TRUNCATE_TRIGGER};
+
+	for (int i = 0; i < lengthof(names); i++)
+		if (OidIsValid(get_trigger_oid(relid, names[i], true)))
+			run_ddl(psprintf("DROP TRIGGER %s ON %s", names[i], qualified_name_of(relid)));
+}
+
+/* What PostgreSQL cannot guard below a protected table. */
+static void
+check_guardable(Oid relid, Oid top)
+{
+	char		kind = get_rel_relkind(relid);
+
+	if (kind == RELKIND_FOREIGN_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("foreign table \"%s\" cannot be part of the protected table \"%s\"",
+						get_rel_name(relid), get_rel_name(top)),
+				 errdetail("Its rows are written on another server, and a foreign table cannot have a TRUNCATE trigger."),
+				 errhint("Keep foreign tables out of protected hierarchies, or unprotect \"%s\" first.",
+						 get_rel_name(top))));
+	if (kind != RELKIND_RELATION && kind != RELKIND_PARTITIONED_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s\" below the protected table \"%s\" is not a table",
+						get_rel_name(relid), get_rel_name(top))));
+}
+
+/*
+ * Give relid the guard g (read from g->relid): create whichever of the two
+ * triggers it lacks. A trigger of the same name with another function or
+ * other arguments is an error. The row trigger is created before the
+ * TRUNCATE one, and on a partitioned table PostgreSQL clones it to the
+ * partitions, which the caller visits afterwards (top-down order).
+ */
+static void
+install_guard(Oid relid, Oid fn, const char *function, const GuardArgs *g)
+{
+	static const char *const names[] = {GUARD_TRIGGER, TRUNCATE_TRIGGER};
+	static const char *const events[] = {
+		"BEFORE INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW",
+		"BEFORE TRUNCATE ON %s FOR EACH STATEMENT"};
+	StringInfoData args;
+
+	check_guardable(relid, g->relid);
+	initStringInfo(&args);
+	for (int i = 0; i < g->nargs; i++)
+		appendStringInfo(&args, "%s%s", i ? ", " : "", quote_literal_cstr(g->args[i]));
+
+	for (int i = 0; i < lengthof(names); i++)
+	{
+		Relation	rel = relation_open(relid, NoLock);
+		Trigger    *t = trigger_named(rel, names[i]);
+		bool		missing = (t == NULL);
+
+		if (t)
+		{
+			GuardArgs	mine;
+
+			copy_args(rel, t, &mine);
+			if (t->tgfoid != fn || !same_args(&mine, g))
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("table \"%s\" has a trigger \"%s\" of its own, unlike the protected table \"%s\" above it",
+								RelationGetRelationName(rel), names[i], get_rel_name(g->relid)),
+						 errdetail("Every table below a protected table is guarded with the same fence."),
+						 errhint("Run fence_unprotect('%s') (or drop its trigger) first, then retry.",
+								 RelationGetRelationName(rel))));
+		}
+		relation_close(rel, NoLock);
+		if (missing)
+			run_ddl(psprintf("CREATE TRIGGER %s %s EXECUTE FUNCTION %s(%s)", names[i],
+							 psprintf(events[i], qualified_name_of(relid)), function,
+							 args.data));
+	}
+}
+
+/* Refuse protect/unprotect of a table whose guard comes from above. */
+static void
+refuse_inherited(Oid relid, Oid fn, const char *func)
+{
+	GuardArgs	g;
+
+	if (inherited_guard(relid, fn, &g))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s: \"%s\" is guarded by the fence of \"%s\", above it",
+						func, get_rel_name(relid), get_rel_name(g.relid)),
+				 errdetail("A partition or inheritance child carries the guard of its protected parent."),
+				 errhint("Call %s on \"%s\" instead.", func, get_rel_name(g.relid))));
+}
+
+/*
+ * The table and every descendant, locked for CREATE/DROP TRIGGER, each
+ * owned by the caller.
+ */
+static List *
+hierarchy_for_ddl(Relation rel)
+{
+	List	   *all = find_all_inheritors(RelationGetRelid(rel), ShareRowExclusiveLock, NULL);
+	ListCell   *lc;
+
+	foreach(lc, all)
+	{
+		Oid			relid = lfirst_oid(lc);
+
+		if (relid == RelationGetRelid(rel))
+			continue;
+		check_guardable(relid, RelationGetRelid(rel));
+		if (!pg_class_ownercheck(relid, GetUserId()))
+			aclcheck_error(ACLCHECK_NOT_OWNER, OBJECT_TABLE, get_rel_name(relid));
+	}
+	return all;
+}
 
 /* Open the table for DDL, checking that it can be protected by this user. */
 static Relation
@@ -350,36 +673,19 @@ column_arg(Relation rel, const char *column)
 	return attnum;
 }
 
-static void
-run_ddl(const char *sql)
-{
-	int			rc;
-
-	if ((rc = SPI_connect()) != SPI_OK_CONNECT)
-		elog(ERROR, "fence: SPI_connect failed: %s", SPI_result_code_string(rc));
-	rc = SPI_execute(sql, false, 0);
-	if (rc != SPI_OK_UTILITY)
-		elog(ERROR, "fence: \"%s\" failed: %s", sql, SPI_result_code_string(rc));
-	SPI_finish();
-}
-
-/* DROP the guard's triggers that exist; no NOTICE for those that do not. */
-static void
-drop_guard(Relation rel, const char *qualified)
-{
-	static const char *const names[] = {GUARD_TRIGGER, TRUNCATE_TRIGGER};
-	int			i;
-
-	for (i = 0; i < lengthof(names); i++)
-		if (OidIsValid(get_trigger_oid(RelationGetRelid(rel), names[i], true)))
-			run_ddl(psprintf("DROP TRIGGER %s ON %s", names[i], qualified));
-}
-
 static char *
 qualified_name(Relation rel)
 {
 	return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 									  RelationGetRelationName(rel));
+}
+
+/* fence_guard() of this function's extension, qualified for CREATE TRIGGER */
+static char *
+guard_function_sql(FunctionCallInfo fcinfo)
+{
+	return quote_qualified_identifier(get_namespace_name(
+									  get_func_namespace(fcinfo->flinfo->fn_oid)), "fence_guard");
 }
 
 /*
@@ -401,6 +707,10 @@ fence_protect(PG_FUNCTION_ARGS)
 	char	   *qualified = qualified_name(rel);
 	char	   *function;
 	char	   *args;
+	Oid			fn = guard_function(get_func_namespace(fcinfo->flinfo->fn_oid));
+	List	   *hierarchy;
+	ListCell   *lc;
+	GuardArgs	g;
 
 	if (PG_ARGISNULL(2))
 		fence_report_invalid(perRow ? "resource prefix" : "resource", FENCE_NULL, 0, 0);
@@ -443,20 +753,34 @@ fence_protect(PG_FUNCTION_ARGS)
 							keyColumn, format_type_be(type))));
 	}
 
+	refuse_inherited(RelationGetRelid(rel), fn, "fence_protect");
+	hierarchy = hierarchy_for_ddl(rel);
+
 	/* the trigger function lives in this extension's schema */
-	function = quote_qualified_identifier(get_namespace_name(
-									  get_func_namespace(fcinfo->flinfo->fn_oid)), "fence_guard");
+	function = guard_function_sql(fcinfo);
 	args = psprintf("%s, %s, %s", quote_literal_cstr(tokenColumn),
 					quote_literal_cstr(resource), quote_literal_cstr(keyColumn));
 
-	/* protecting again replaces the guard */
-	drop_guard(rel, qualified);
+	/*
+	 * Protecting again replaces the guard, everywhere below too. Top-down:
+	 * dropping a partitioned table's row trigger drops its clones.
+	 */
+	foreach(lc, hierarchy)
+		drop_guard(lfirst_oid(lc));
 	run_ddl(psprintf("CREATE TRIGGER " GUARD_TRIGGER
 					 " BEFORE INSERT OR UPDATE OR DELETE ON %s"
 					 " FOR EACH ROW EXECUTE FUNCTION %s(%s)", qualified, function, args));
 	run_ddl(psprintf("CREATE TRIGGER " TRUNCATE_TRIGGER
 					 " BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)",
 					 qualified, function, args));
+
+	/* partitions and inheritance children: the same arguments */
+	if (!own_guard(RelationGetRelid(rel), fn, &g))
+		elog(ERROR, "fence: the guard just created on \"%s\" is missing",
+			 RelationGetRelationName(rel));
+	foreach(lc, hierarchy)
+		if (lfirst_oid(lc) != RelationGetRelid(rel))
+			install_guard(lfirst_oid(lc), fn, function, &g);
 	relation_close(rel, NoLock);
 	PG_RETURN_VOID();
 }
@@ -466,8 +790,115 @@ Datum
 fence_unprotect(PG_FUNCTION_ARGS)
 {
 	Relation	rel = open_protectable(fcinfo, "fence_unprotect");
+	Oid			fn = guard_function(get_func_namespace(fcinfo->flinfo->fn_oid));
+	List	   *hierarchy;
+	ListCell   *lc;
 
-	drop_guard(rel, qualified_name(rel));
+	refuse_inherited(RelationGetRelid(rel), fn, "fence_unprotect");
+	hierarchy = hierarchy_for_ddl(rel);
+	/* top-down: a partitioned table's row trigger takes its clones along */
+	foreach(lc, hierarchy)
+		drop_guard(lfirst_oid(lc));
 	relation_close(rel, NoLock);
 	PG_RETURN_VOID();
+}
+
+/*
+ * Give relid and everything below it the guard relid has or inherits.
+ */
+static void
+guard_below(Oid relid, Oid fn, const char *function)
+{
+	char		kind = get_rel_relkind(relid);
+	GuardArgs	own;
+	GuardArgs	above;
+	bool		hasOwn;
+	bool		hasAbove;
+	const GuardArgs *g;
+	List	   *hierarchy;
+	ListCell   *lc;
+
+	if (kind != RELKIND_RELATION && kind != RELKIND_PARTITIONED_TABLE &&
+		kind != RELKIND_FOREIGN_TABLE)
+		return;
+	LockRelationOid(relid, AccessShareLock);
+	hasOwn = own_guard(relid, fn, &own);
+	hasAbove = inherited_guard(relid, fn, &above);
+	if (!hasOwn && !hasAbove)
+		return;
+	g = hasAbove ? &above : &own;
+	hierarchy = find_all_inheritors(relid, AccessShareLock, NULL);
+	foreach(lc, hierarchy)
+		install_guard(lfirst_oid(lc), fn, function, g);
+}
+
+/*
+ * fence_guard_hierarchy(): the event trigger (ddl_command_end of CREATE
+ * TABLE, CREATE FOREIGN TABLE, ALTER TABLE) that keeps every table below a
+ * protected one guarded. An error here undoes the whole command.
+ */
+PG_FUNCTION_INFO_V1(fence_guard_hierarchy);
+Datum
+fence_guard_hierarchy(PG_FUNCTION_ARGS)
+{
+	EventTriggerData *ev;
+	MemoryContext outer = CurrentMemoryContext;
+	List	   *relids = NIL;
+	Oid			fn;
+	char	   *function;
+	ListCell   *lc;
+	int			rc;
+
+	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("fence_guard_hierarchy() must be called as an event trigger")));
+	ev = (EventTriggerData *) fcinfo->context;
+	fn = guard_function(get_func_namespace(fcinfo->flinfo->fn_oid));
+	function = guard_function_sql(fcinfo);
+
+	/* the tables this command created or altered */
+	if ((rc = SPI_connect()) != SPI_OK_CONNECT)
+		elog(ERROR, "fence: SPI_connect failed: %s", SPI_result_code_string(rc));
+	rc = SPI_execute("SELECT objid FROM pg_catalog.pg_event_trigger_ddl_commands()"
+					 " WHERE classid = 'pg_catalog.pg_class'::pg_catalog.regclass",
+					 true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "fence: reading pg_event_trigger_ddl_commands() failed: %s",
+			 SPI_result_code_string(rc));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+		MemoryContext spi = MemoryContextSwitchTo(outer);
+
+		if (!isnull)
+			relids = list_append_unique_oid(relids, DatumGetObjectId(d));
+		MemoryContextSwitchTo(spi);
+	}
+	SPI_finish();
+
+	/* a partition just detached: PostgreSQL dropped its cloned row trigger */
+	if (ev->parsetree && IsA(ev->parsetree, AlterTableStmt))
+	{
+		foreach(lc, ((AlterTableStmt *) ev->parsetree)->cmds)
+		{
+			AlterTableCmd *cmd = lfirst_node(AlterTableCmd, lc);
+
+			if ((cmd->subtype == AT_DetachPartition ||
+				 cmd->subtype == AT_DetachPartitionFinalize) &&
+				cmd->def && IsA(cmd->def, PartitionCmd))
+			{
+				Oid			detached = RangeVarGetRelid(((PartitionCmd *) cmd->def)->name,
+														NoLock, true);
+
+				if (OidIsValid(detached))
+					relids = list_append_unique_oid(relids, detached);
+			}
+		}
+	}
+
+	foreach(lc, relids)
+		guard_below(lfirst_oid(lc), fn, function);
+	PG_RETURN_NULL();
 }

@@ -27,12 +27,41 @@ ALTER EXTENSION fence UPDATE TO '1.2';
 SELECT extversion FROM pg_extension WHERE extname = 'fence';
 SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'fence_tokens'::regclass;
 SELECT typname, typtype FROM pg_type WHERE typname = 'fence_cache_signal';
+-- 1.3: partitions and inheritance children of tables protected before 1.3
+-- get the guard at the upgrade; fence_tokens gets a row trigger for logical
+-- replication; an event trigger guards what is created or attached later
+CREATE TABLE up_child () INHERITS (up);
+CREATE TABLE up_part (id int, tok bigint) PARTITION BY LIST (id);
+SELECT fence_protect('up_part', 'tok', 'up:p');
+CREATE TABLE up_part1 PARTITION OF up_part FOR VALUES IN (1);
+CREATE VIEW up_guards AS
+	SELECT tgrelid::regclass AS tbl, tgname, tgenabled, tgparentid <> 0 AS cloned,
+		   encode(tgargs, 'escape') AS args
+	FROM pg_trigger WHERE tgname LIKE 'fence_guard%'
+	ORDER BY tgrelid::regclass::text, tgname;
+SELECT * FROM up_guards;
+ALTER EXTENSION fence UPDATE TO '1.3';
+SELECT extversion FROM pg_extension WHERE extname = 'fence';
+SELECT * FROM up_guards;
+SELECT tgname, tgenabled, tgtype FROM pg_trigger WHERE tgrelid = 'fence_tokens'::regclass ORDER BY 1;
+SELECT evtname, evtevent, evtenabled, evttags FROM pg_event_trigger;
+CREATE TABLE up_child2 () INHERITS (up_child);
+CREATE TABLE up_part2 PARTITION OF up_part FOR VALUES IN (2);
+SELECT * FROM up_guards WHERE tbl IN ('up_child2'::regclass, 'up_part2'::regclass);
 -- the data and the guard came through the upgrades
 SELECT resource, token FROM fence_tokens WHERE resource LIKE 'up:%' ORDER BY resource;
 INSERT INTO up VALUES (2, 4);
 \echo :LAST_ERROR_SQLSTATE
+INSERT INTO up_child VALUES (3, 4);
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE up_child2;
+\echo :LAST_ERROR_SQLSTATE
+TRUNCATE up_part1;
+\echo :LAST_ERROR_SQLSTATE
+DROP VIEW up_guards;
+DROP TABLE up_part;
 -- a fresh install goes straight to the default version
-DROP TABLE up;
+DROP TABLE up_child2, up_child, up;
 DROP EXTENSION fence;
 CREATE EXTENSION fence;
 SELECT extversion FROM pg_extension WHERE extname = 'fence';

@@ -962,7 +962,7 @@ def scenario_dump(cl):
             R.ok(rows == src_rows and len(rows) == 5, "%s: fence_tokens rows are equal" % label,
                  ["source %r" % src_rows, "restored %r" % rows])
             trig = trigger_defs(d)
-            R.ok(trig == src_trig and len(trig) == 7,
+            R.ok(trig == src_trig and len(trig) == 8,
                  "%s: the guard triggers exist on every restored protected table" % label,
                  ["source %r" % src_trig, "restored %r" % trig])
             R.ok(d.execute("SELECT tgenabled FROM pg_trigger WHERE tgname = 'fence_tokens_changed'")
