@@ -300,6 +300,10 @@ def partitions():
     ok(not db.fully_guarded("part", "p1", "p5", "p5a", "p5b"),
        "a detached partition keeps the guard (its sub-partitions too)",
        db.fully_guarded("part", "p1", "p5", "p5a", "p5b"))
+    o.execute("CREATE TABLE p7 PARTITION OF p FOR VALUES FROM (70) TO (80)")
+    o.execute("ALTER TABLE p DETACH PARTITION p7 CONCURRENTLY")
+    ok(not db.fully_guarded("part", "p7"),
+       "a partition detached CONCURRENTLY keeps the guard", db.fully_guarded("part", "p7"))
     got = db.attempt("INSERT INTO p1 VALUES (5, 4, 'stale')"), db.attempt("TRUNCATE p1")
     ok(got == (STALE, MISSING) and count(db, "p1") == 1,
        "a detached partition still refuses stale and unfenced writes", repr(got))
