@@ -39,6 +39,7 @@
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_inherits.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
 #include "commands/trigger.h"
@@ -47,13 +48,13 @@
 #include "miscadmin.h"
 #include "nodes/bitmapset.h"
 #include "parser/parse_coerce.h"
-#include "parser/parse_func.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "fence_pg.h"
 
@@ -360,13 +361,24 @@ typedef struct GuardArgs
 	char	  **args;
 } GuardArgs;
 
-/* fence_guard() of the extension whose schema is nsp. */
+/*
+ * fence_guard() of the extension whose schema is nsp. Looked up in the
+ * catalog cache, not by name: a name look-up checks USAGE on the schema,
+ * and the event trigger runs for every role's CREATE TABLE, also for roles
+ * that may not use fence's schema.
+ */
 static Oid
 guard_function(Oid nsp)
 {
-	return LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
-									 makeString("fence_guard")),
-						  0, NULL, false);
+	Oid			fn = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+									 CStringGetDatum("fence_guard"),
+									 PointerGetDatum(buildoidvector(NULL, 0)),
+									 ObjectIdGetDatum(nsp));
+
+	if (!OidIsValid(fn))
+		elog(ERROR, "fence: function fence_guard() is missing from schema \"%s\"",
+			 get_namespace_name(nsp));
+	return fn;
 }
 
 /* The trigger called name on rel, whatever its function; NULL if none. */

@@ -585,6 +585,34 @@ def switches():
 
 
 # ---------------------------------------------------------------------------
+# the event trigger runs for every role's DDL: it must not get in the way
+
+def unrelated_ddl():
+    with SERVER.connect("postgres") as c:
+        c.execute("CREATE DATABASE att_ddl")
+        c.execute("CREATE ROLE stranger LOGIN")
+    su = SERVER.connect("att_ddl")
+    su.execute("CREATE SCHEMA fencing")
+    su.execute("CREATE EXTENSION fence SCHEMA fencing")   # no USAGE for stranger
+    su.execute("GRANT CREATE ON SCHEMA public TO stranger")
+    errors = []
+    with SERVER.connect("att_ddl", "stranger") as s:
+        for sql in ("CREATE TABLE mine (id int)", "CREATE TABLE mine_child () INHERITS (mine)",
+                    "CREATE TABLE mine_p (id int) PARTITION BY LIST (id)",
+                    "CREATE TABLE mine_p1 PARTITION OF mine_p FOR VALUES IN (1)",
+                    "ALTER TABLE mine ADD COLUMN x int", "CREATE TEMP TABLE tmp (id int)"):
+            try:
+                s.execute(sql)
+            except psycopg.Error as e:
+                errors.append("%s: %s" % (sql, e))
+    ok(not errors and su.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'fence_guard%'")
+       .fetchone()[0] == 0,
+       "a role without USAGE on fence's schema creates, inherits, partitions and alters its own "
+       "tables as before (the event trigger does nothing to unprotected tables)", errors)
+    su.close()
+
+
+# ---------------------------------------------------------------------------
 # pg_dump / pg_restore
 
 def dump_restore():
@@ -742,6 +770,7 @@ def main():
     scenario("inheritance", inheritance)
     scenario("foreign keys, RLS, rules, views, COPY", writes_from_elsewhere)
     scenario("switches", switches)
+    scenario("unrelated DDL", unrelated_ddl)
     scenario("pg_dump/pg_restore", dump_restore)
     scenario("logical replication", logical_replication)
     print("# pg_attacks_schema: %d passed, %d failed in %.1f s"
