@@ -596,8 +596,9 @@ install_guard(Oid relid, Oid fn, const char *function, const GuardArgs *g)
 						 errmsg("table \"%s\" has a trigger \"%s\" of its own, unlike the protected table \"%s\" above it",
 								RelationGetRelationName(rel), names[i], get_rel_name(g->relid)),
 						 errdetail("Every table below a protected table is guarded with the same fence."),
-						 errhint("Run fence_unprotect('%s') (or drop its trigger) first, then retry.",
-								 RelationGetRelationName(rel))));
+						 errhint("Unprotect \"%s\" first (fence_unprotect, or DROP TRIGGER %s ON %s once it is below a protected table), then retry.",
+								 RelationGetRelationName(rel), names[i],
+								 qualified_name_of(relid))));
 		}
 		relation_close(rel, NoLock);
 		if (missing)

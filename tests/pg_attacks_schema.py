@@ -256,6 +256,19 @@ def partitions():
     ok(got == (MISSING, MISSING) and db.rows("SELECT v FROM p ORDER BY id") == [("a",), ("b",)],
        "an UPDATE or DELETE straight into a partition needs the fence", repr(got))
 
+    # an UPDATE that moves a row to another partition (DELETE + INSERT inside)
+    got = (db.attempt("UPDATE p SET id = 12 WHERE id = 1"),
+           db.attempt("UPDATE p SET id = 12, tok = 5 WHERE id = 1"))
+    ok(got == (MISSING, STALE) and db.rows("SELECT tableoid::regclass::text, id FROM p ORDER BY id")
+       == [("p1", 1), ("p2a", 11)],
+       "an UPDATE moving a row to another partition needs the fence, and a stale token is refused",
+       repr(got))
+    got = db.attempt("UPDATE p SET id = 12 WHERE id = 1", fence=("part", 10))
+    ok(got is None and db.rows("SELECT tableoid::regclass::text, id FROM p ORDER BY id")
+       == [("p2a", 11), ("p2a", 12)], "a fenced UPDATE moving a row across partitions commits",
+       repr(got))
+    o.execute("UPDATE p SET id = 1 WHERE id = 12 AND fence_check('part', 10) = 10")
+
     # created and attached after fence_protect
     o.execute("CREATE TABLE p3 PARTITION OF p FOR VALUES FROM (20) TO (30)")
     o.execute("CREATE TABLE p4 (id int, tok bigint, v text)")
