@@ -8,6 +8,8 @@
 #   make install    install both extensions (root): the PostgreSQL one with
 #                   PGXS where PG_CONFIG's server looks, the SQLite one as
 #                   $(PREFIX)/lib/sqlite3/fence.so; DESTDIR honoured by both
+#   make examples   run examples/ against throwaway etcd, ZooKeeper, Redis,
+#                   PostgreSQL (each example alone: examples/run.py NAME)
 #   make dist       fence-VERSION.tar.gz and .zip (PGXN) of HEAD, from git
 #   make bench      what the fence costs, against the baselines (BENCHMARKS.md;
 #                   about 25 min); make bench-quick: the smoke form, < 1 min
@@ -38,7 +40,7 @@ ASAN_EXT    = build/asan/fence.so
 RUNNER      = build/fence_sqlite_runner
 ASAN_RUNNER = build/asan/fence_sqlite_runner
 
-.PHONY: all sqlite pg install install-pg install-sqlite dist check check-deps demo-deps check-sqlite demo bench bench-quick \
+.PHONY: all sqlite pg install install-pg install-sqlite dist examples check check-deps demo-deps check-sqlite demo bench bench-quick \
 	fuzz stress clean
 
 all: sqlite
@@ -108,6 +110,9 @@ demo-deps:
 
 demo: demo-deps $(SQLITE_EXT)
 	@$(PYTHON) demo/zombie_lease.py
+
+examples: check-deps $(SQLITE_EXT)
+	@$(PYTHON) examples/run.py
 
 # Not part of make check: nothing in the tests asserts on a timing.
 bench: check-deps
