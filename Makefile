@@ -48,7 +48,7 @@ all: sqlite
 sqlite: $(SQLITE_EXT)
 
 $(SQLITE_EXT): $(SQLITE_SRC) $(SQLITE_HDR) $(CORE_SRC) $(CORE_HDR)
-	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -o $@ $(SQLITE_SRC) $(CORE_SRC)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -fPIC -shared -o $@ $(SQLITE_SRC) $(CORE_SRC) $(LDFLAGS)
 
 # Strict warnings are for CI and developers, not forced on every user build.
 build/strict/fence.so: $(SQLITE_SRC) $(SQLITE_HDR) $(CORE_SRC) $(CORE_HDR)

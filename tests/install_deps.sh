@@ -10,7 +10,8 @@
 #           clang and its sanitizer runtime, PostgreSQL 15 and its server
 #           headers, psycopg, the sqlite3 shell, and the lock services of
 #           tests/lockservice and examples/ (etcd, ZooKeeper with its Java
-#           runtime, Redis) and their Python clients.
+#           runtime, Redis) and their Python clients, and what
+#           dpkg-buildpackage needs for debian/.
 #
 # FENCE_DEPS_PRINT=1 prints the package list (one a line) instead of
 # installing it; FENCE_DEPS_ASSUME_NONE=1 makes every probe fail, so that
@@ -53,6 +54,10 @@ if [ "$what" = check ]; then
 	has command -v setpriv || need+=(util-linux)
 	# examples/ in C: libpq's headers and library
 	has test -e /usr/include/postgresql/libpq-fe.h || need+=(libpq-dev)
+	# tests/deb_packages.sh: dpkg-buildpackage with debhelper and pg_buildext
+	has command -v dpkg-buildpackage || need+=(dpkg-dev)
+	has command -v dh || need+=(debhelper)
+	has test -e /usr/share/postgresql-common/pgxs_debian_control.mk || need+=(postgresql-server-dev-all)
 fi
 
 if [ "${FENCE_DEPS_PRINT:-0}" = 1 ]; then
