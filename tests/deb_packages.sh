@@ -79,8 +79,8 @@ report $? "debian: sqlite3 loads /usr/lib/sqlite3/fence and refuses a stale toke
 # --- PostgreSQL: a cluster that can only find the installed files
 bindir=$(pg_config --bindir)
 chown postgres "$work"
-runuser -u postgres -- "$bindir/initdb" -D "$work/data" -A trust -U postgres --no-sync \
-	-E UTF8 --locale=C.UTF-8 >"$work/initdb.log" 2>&1 &&
+(cd "$work" && runuser -u postgres -- "$bindir/initdb" -D "$work/data" -A trust -U postgres --no-sync \
+	-E UTF8 --locale=C.UTF-8 >"$work/initdb.log" 2>&1) &&
 	(cd "$work" && runuser -u postgres -- "$bindir/pg_ctl" -D "$work/data" -l "$work/server.log" -w \
 		-o "-k $work -p 5439 -c listen_addresses='' -c fsync=off" start >/dev/null)
 st=$?

@@ -45,13 +45,16 @@ for k, p in m.get("provides", {}).items():
                 open(p[f]).close()
             except OSError:
                 problems.append("META.json provides.%s.%s names %s, which does not exist" % (k, f, p[f]))
+deb = open("debian/changelog").readline().split("(")[1].split(")")[0]
+if deb != m.get("version"):
+    problems.append("debian/changelog's version %s is not META.json's %s" % (deb, m.get("version")))
 if m.get("meta-spec", {}).get("version") != "1.0.0":
     problems.append("META.json meta-spec version is not 1.0.0")
 for p in problems:
     print(p)
 sys.exit(1 if problems else 0)
 EOF
-report $? "packaging: META.json is valid PGXN metadata, license postgresql, version = control file's"
+report $? "packaging: META.json is valid PGXN metadata, license postgresql, version = control file's = debian/changelog's"
 
 # --- make install: DESTDIR, PREFIX, PG_CONFIG
 stage=$work/stage
