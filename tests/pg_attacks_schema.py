@@ -412,6 +412,17 @@ def inheritance():
     got = db.attempt("CREATE TABLE hz () INHERITS (h, h2)", user="fowner")
     ok(got == "55000" and db.one("SELECT to_regclass('hz') IS NULL"),
        "a child of two parents with different fences is refused", repr(got))
+    # a protected child below an unprotected parent: writes through the parent
+    o.execute("CREATE TABLE top (id int, tok bigint, v text)")
+    o.execute("CREATE TABLE low () INHERITS (top)")
+    o.execute("SELECT fence_protect('low', 'tok', 'low')")
+    o.execute("INSERT INTO low VALUES (1, 3, 'x') ")
+    db.app_grants("top", "low")
+    got = (db.attempt("UPDATE top SET v = 'y'"), db.attempt("DELETE FROM top"),
+           db.attempt("TRUNCATE top"))
+    ok(got == (MISSING, MISSING, MISSING) and db.rows("SELECT v FROM low") == [("x",)],
+       "a protected child of an unprotected parent: UPDATE, DELETE, TRUNCATE of the parent "
+       "need the child's fence", repr(got))
     # foreign tables cannot carry a TRUNCATE trigger: refused below a protected table
     db.su.execute("CREATE FOREIGN DATA WRAPPER dummy_fdw")
     db.su.execute("CREATE SERVER dummy FOREIGN DATA WRAPPER dummy_fdw")
