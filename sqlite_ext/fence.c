@@ -12,13 +12,16 @@
  *   fence_protect(table, token_column, resource_prefix, key_column)
  *   fence_unprotect(table)             (both in fence_protect.c)
  *
- * and the two functions the guard triggers call (never DIRECTONLY, since a
- * trigger stored in the schema must reach them; see README "trusted_schema"):
+ * and the functions the guard triggers call (never DIRECTONLY, since a
+ * trigger stored in the schema must reach them; see README "trusted_schema").
+ * Each first admits its guard id G (fence_guard.c): only a trigger that
+ * fence_protect made in this connection's main database passes.
  *
- *   fence_guard_write(resource, token)            a row carries a token
- *   fence_guard_write(prefix, key, token)
- *   fence_guard_fenced(resource)                  the transaction must hold
- *   fence_guard_fenced(prefix, key)               a fence on the resource
+ *   fence_guard_write(G, resource, token)         a row carries a token
+ *   fence_guard_write(G, prefix, key, token)
+ *   fence_guard_fenced(G, resource)               the transaction must hold
+ *   fence_guard_fenced(G, prefix, key)            a fence on the resource
+ *   fence_guard_ready(G, resource_or_prefix, keyed)  admission alone
  *
  * Concurrency: SQLite has one writer per database file. An accept first
  * enlists fence_held (fence_held.c), which opens the write transaction on
@@ -72,7 +75,11 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
 	sqlite3_finalize(conn->pEnlist);
+	sqlite3_finalize(conn->pProbeMain);
+	sqlite3_finalize(conn->pProbeTemp);
+	sqlite3_finalize(conn->pJournalMode);
 	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pEnlist = NULL;
+	conn->pProbeMain = conn->pProbeTemp = conn->pJournalMode = NULL;
 }
 
 /*
@@ -780,21 +787,58 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 }
 
 /*
- * fence_guard_write(resource, token) / (prefix, key, token): a row written
- * to a protected table carries this token. NULL is "fencing token required"
- * whatever the transaction holds (SPEC.md "Precise points").
+ * The guard's resource: argv[1] alone, or the prefix argv[1] and key argv[2].
+ * Admitted (fence_guard.c) before anything else is looked at.
+ */
+static int
+guardResource(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value **argv,
+			  int bKeyed, char *buf, const char **pz, int *pn)
+{
+	const char *zRes;
+	int			nRes;
+
+	(void) argc;
+	if (sqlite3_value_type(argv[1]) != SQLITE_TEXT)
+		return bKeyed ? argKeyResource(ctx, argv[1], argv[2], buf, pz, pn)
+			: argResource(ctx, argv[1], pz, pn);
+	zRes = (const char *) sqlite3_value_text(argv[1]);
+	nRes = sqlite3_value_bytes(argv[1]);
+	if (zRes == NULL)
+	{
+		sqlite3_result_error_nomem(ctx);
+		return 0;
+	}
+	if (!fenceGuardAdmit(ctx, conn, argv[0], zRes, nRes, bKeyed))
+		return 0;
+	return bKeyed ? argKeyResource(ctx, argv[1], argv[2], buf, pz, pn)
+		: argResource(ctx, argv[1], pz, pn);
+}
+
+/*
+ * fence_guard_write(guard, resource, token) / (guard, prefix, key, token): a
+ * row written to a protected table carries this token. NULL is "fencing
+ * token required" whatever the transaction holds (SPEC.md "Precise
+ * points"). guard is the id fence_protect recorded in main.fence_guards.
  */
 static void
 fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
+	FenceConn  *conn = sqlite3_user_data(ctx);
 	char		buf[FENCE_RESOURCE_MAX + 1];
 	const char *z = NULL;
 	int			n = 0;
 	sqlite3_int64 token = 0;
 	sqlite3_value *tokenArg = argv[argc - 1];
+	int			rc;
 
-	if (argc == 2 ? !argResource(ctx, argv[0], &z, &n)
-		: !argKeyResource(ctx, argv[0], argv[1], buf, &z, &n))
+	/* admission is cached per transaction, which enlisting opens */
+	rc = fenceHeldEnlist(conn);
+	if (rc != SQLITE_OK)
+	{
+		resultDbError(ctx, conn, rc);
+		return;
+	}
+	if (!guardResource(ctx, conn, argc, argv, argc == 4, buf, &z, &n))
 		return;
 	if (sqlite3_value_type(tokenArg) == SQLITE_NULL)
 	{
@@ -806,9 +850,9 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 }
 
 /*
- * fence_guard_fenced(resource) / (prefix, key): an UPDATE that does not set
- * the token, a DELETE, or any write to a token-less table must run in a
- * transaction that holds a fence on the row's resource.
+ * fence_guard_fenced(guard, resource) / (guard, prefix, key): an UPDATE that
+ * does not set the token, a DELETE, or any write to a token-less table must
+ * run in a transaction that holds a fence on the row's resource.
  */
 static void
 fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -818,15 +862,57 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	const char *z = NULL;
 	int			n = 0;
 
-	if (argc == 1 ? !argResource(ctx, argv[0], &z, &n)
-		: !argKeyResource(ctx, argv[0], argv[1], buf, &z, &n))
+	if (!conn->bEnlisted)
+	{
+		/* holds nothing: refused whoever calls; only the message needs the name */
+		if ((argc == 2 ? argResource(ctx, argv[1], &z, &n)
+			 : argKeyResource(ctx, argv[1], argv[2], buf, &z, &n)))
+			resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);
 		return;
-	if (conn->bEnlisted && conn->bBroken)
+	}
+	if (conn->bBroken)
+	{
 		resultDbError(ctx, conn, FENCE_RC_BROKEN);
-	else if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
+		return;
+	}
+	if (!guardResource(ctx, conn, argc, argv, argc == 3, buf, &z, &n))
+		return;
+	if (fence_held_get(&conn->held, z, (size_t) n) >= 0)
 		sqlite3_result_int(ctx, 1);
 	else
 		resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);
+}
+
+/*
+ * fence_guard_ready(guard, resource_or_prefix, keyed): the BEFORE INSERT
+ * check of a table whose per-row key is the INTEGER PRIMARY KEY (its value
+ * is known only AFTER INSERT): the guard is fence's and the journal can undo
+ * the row that the AFTER INSERT guard may refuse.
+ */
+static void
+fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	FenceConn  *conn = sqlite3_user_data(ctx);
+	const char *zRes;
+	int			rc;
+
+	(void) argc;
+	rc = fenceHeldEnlist(conn);
+	if (rc != SQLITE_OK)
+	{
+		resultDbError(ctx, conn, rc);
+		return;
+	}
+	if (sqlite3_value_type(argv[1]) != SQLITE_TEXT ||
+		(zRes = (const char *) sqlite3_value_text(argv[1])) == NULL)
+	{
+		resultInvalid(ctx, "resource prefix", sqlite3_value_type(argv[1]) == SQLITE_NULL ?
+					  FENCE_NULL : FENCE_NOT_TEXT, 0, 0);
+		return;
+	}
+	if (fenceGuardAdmit(ctx, conn, argv[0], zRes, sqlite3_value_bytes(argv[1]),
+						sqlite3_value_int(argv[2]) != 0))
+		sqlite3_result_int(ctx, 1);
 }
 
 /*
@@ -876,10 +962,11 @@ static const struct FenceFunction
 	{"fence_protect", 3, APP_WRITES, fenceProtectFunc},
 	{"fence_protect", 4, APP_WRITES, fenceProtectFunc},
 	{"fence_unprotect", 1, APP_WRITES, fenceUnprotectFunc},
-	{"fence_guard_write", 2, FROM_TRIGGER, fenceGuardWriteFunc},
 	{"fence_guard_write", 3, FROM_TRIGGER, fenceGuardWriteFunc},
-	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardFencedFunc},
+	{"fence_guard_write", 4, FROM_TRIGGER, fenceGuardWriteFunc},
 	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardFencedFunc},
+	{"fence_guard_fenced", 3, FROM_TRIGGER, fenceGuardFencedFunc},
+	{"fence_guard_ready", 3, FROM_TRIGGER, fenceGuardReadyFunc},
 	/* last: its presence says every function above is registered */
 	{"fence_loaded", 0, APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
 };

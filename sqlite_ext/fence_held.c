@@ -74,6 +74,7 @@ connRelease(FenceConn *conn)
 	fenceUndoForget(conn);
 	sqlite3_free(conn->aUndo);
 	fence_held_free(&conn->held);
+	fenceGuardFree(conn);
 	sqlite3_free(conn->aMark);
 	sqlite3_free(conn);
 }
@@ -290,6 +291,7 @@ heldStartOver(sqlite3_vtab *pVtab, int bEnlisted)
 	conn->nMark = 0;
 	conn->bEnlisted = bEnlisted;
 	conn->bBroken = 0;
+	fenceGuardTxnEnded(conn);
 	return SQLITE_OK;
 }
 

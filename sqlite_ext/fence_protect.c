@@ -2,42 +2,56 @@
  * fence_protect.c
  *
  * fence_protect() and fence_unprotect() for SQLite: the guard of a protected
- * table is a set of ordinary triggers in main that call fence_guard_write()
- * and fence_guard_fenced() (fence.c). Because the triggers live in the
- * database file, every connection that writes the table runs them, and a
- * connection that has not loaded fence fails to prepare the write ("no such
- * function: fence_guard_write"): the guard fails closed.
+ * table is a set of ordinary triggers in main that call the guard functions
+ * (fence.c) and a row of main.fence_guards that records the guard's random id
+ * G, its resource (or prefix) and the table's UNIQUE indexes. Because the
+ * triggers live in the database file, every connection that writes the table
+ * runs them, and a connection that has not loaded fence fails to prepare the
+ * write ("no such function: fence_guard_write"): the guard fails closed.
+ * Each call passes G, and the guard admits it only when main.fence_guards
+ * holds it (fence_guard.c): through ATTACH, or from a planted view, no call
+ * passes.
  *
  * The triggers, for table T with token column C (if any) and resource R or
- * prefix P plus key column K:
+ * prefix P plus key column K, named "fence:G:<kind>" and found again by the
+ * table they are ON (a renamed table keeps its guard; its old name is free):
  *
- *   fence_insert:T        BEFORE INSERT     the new row's token is checked
- *                         (AFTER INSERT when K is T's INTEGER PRIMARY KEY,
- *                         whose value a BEFORE trigger sees as -1 when SQLite
- *                         assigns it), or without C the transaction must hold
- *                         a fence on the row's resource
- *   fence_update_token:T  BEFORE UPDATE OF C   the statement sets C: its new
- *                         value is checked under the old and new resource
- *   fence_update:T        AFTER UPDATE      every UPDATE: the transaction
- *                         must hold a fence on the old and new resource
- *   fence_delete:T        BEFORE DELETE     the transaction must hold a fence
- *                         on the row's resource
+ *   insert        BEFORE INSERT     the new row's token is checked, or
+ *                                   without C the transaction must hold a
+ *                                   fence on the row's resource; when K is
+ *                                   T's INTEGER PRIMARY KEY (SQLite assigns
+ *                                   it after BEFORE triggers run) this only
+ *                                   admits G, and
+ *   insert_after  AFTER INSERT      checks the row once it has its key
+ *   update        BEFORE UPDATE     the transaction must hold a fence on the
+ *                                   old and new resource
+ *   update_token  BEFORE UPDATE OF C  the statement sets C: its new value is
+ *                                   checked under the old and new resource
+ *   delete        BEFORE DELETE     the transaction must hold a fence on the
+ *                                   row's resource
  *
- * "BEFORE UPDATE OF C" fires only when C is in the SET list, and SQLite runs
- * every BEFORE row trigger before any AFTER row trigger, so the AFTER UPDATE
- * check sees the fence that a token in the statement has just taken, and an
- * UPDATE that leaves C out must already hold one: leaving the token column
- * out is never a way around the fence.
+ * SQLite runs a table's triggers of one kind newest first, so update_token
+ * is created after update: an UPDATE that sets C takes its fence before the
+ * fenced check, and one that leaves C out must already hold one. Every
+ * statement meets a BEFORE guard before its first row is written, which is
+ * where journal_mode=OFF is refused (fence_guard.c).
+ *
+ * REPLACE (INSERT OR REPLACE, UPDATE OR REPLACE, ON CONFLICT REPLACE) deletes
+ * the rows that conflict with the new one, firing no DELETE trigger unless
+ * recursive_triggers is on. With one resource for the table such a row is
+ * under the same fence as the write. With a key, insert and update also look
+ * up, through every UNIQUE index (and the rowid) that could hold a row of
+ * another key, the rows the new one would replace, and check each as an
+ * UPDATE of that row: under the statement's token, or fenced. An index on
+ * the key column alone with BINARY collation holds only rows of the same
+ * key. fence_guards keeps the list of UNIQUE indexes: a write after one was
+ * added or dropped is refused until fence_protect runs again.
  */
 #include "fence_sqlite.h"
 
 #include <string.h>
 
 SQLITE_EXTENSION_INIT3
-
-static const char *const triggerKinds[] = {
-	"insert", "update_token", "update", "delete"
-};
 
 typedef struct ProtectSpec
 {
@@ -46,7 +60,16 @@ typedef struct ProtectSpec
 	const char *zResource;		/* the resource, or the prefix with a key */
 	const char *zKeyColumn;		/* NULL: one fence for the table */
 	int			bKeyIsRowid;	/* the key is the INTEGER PRIMARY KEY */
+	sqlite3_int64 id;			/* the guard id G */
+	char	   *zUniques;		/* the UNIQUE indexes, as fence_guards keeps them */
+	char	   *zConflictIns;	/* keyed: WHERE terms of rows an INSERT replaces */
+	char	   *zNotOld;		/* keyed: "this row is not OLD" */
 } ProtectSpec;
+
+static const char createGuardsSql[] =
+"CREATE TABLE IF NOT EXISTS main.fence_guards("
+"id INTEGER PRIMARY KEY, resource TEXT NOT NULL, keyed INTEGER NOT NULL, "
+"uniques TEXT NOT NULL)";
 
 static void
 resultError(sqlite3_context *ctx, int rc, char *zMsg)
@@ -99,6 +122,7 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 	}
 	sqlite3_finalize(stmt);
 	if (zFound && (sqlite3_stricmp(zFound, "fence_tokens") == 0 ||
+				   sqlite3_stricmp(zFound, "fence_guards") == 0 ||
 				   sqlite3_strnicmp(zFound, "sqlite_", 7) == 0))
 	{
 		resultError(ctx, SQLITE_ERROR,
@@ -115,8 +139,9 @@ isRealColumn(sqlite3 *db, const char *zTable, const char *zColumn)
 	sqlite3_stmt *stmt = NULL;
 	int			bFound = 0;
 
-	if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info(?1, 'main') "
-						   "WHERE name = ?2 COLLATE NOCASE", -1, &stmt, NULL) == SQLITE_OK)
+	/* table_xinfo: generated columns count (hidden 2 and 3), a vtab's hidden do not */
+	if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_xinfo(?1, 'main') "
+						   "WHERE name = ?2 COLLATE NOCASE AND hidden <> 1", -1, &stmt, NULL) == SQLITE_OK)
 	{
 		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
 		sqlite3_bind_text(stmt, 2, zColumn, -1, SQLITE_STATIC);
@@ -154,6 +179,23 @@ isRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn)
 	return bAlias;
 }
 
+static int
+isWithoutRowid(sqlite3 *db, const char *zTable)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			bWr = 0;
+
+	if (sqlite3_prepare_v2(db, "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
+						   -1, &stmt, NULL) == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		if (sqlite3_step(stmt) == SQLITE_ROW)
+			bWr = sqlite3_column_int(stmt, 0);
+	}
+	sqlite3_finalize(stmt);
+	return bWr;
+}
+
 /* Does the column exist? *pIsRowid: it is the table's INTEGER PRIMARY KEY. */
 static int
 lookupColumn(sqlite3_context *ctx, const char *zTable, const char *zColumn,
@@ -161,7 +203,7 @@ lookupColumn(sqlite3_context *ctx, const char *zTable, const char *zColumn,
 {
 	sqlite3    *db = sqlite3_context_db_handle(ctx);
 
-	/* pragma_table_info, unlike the metadata API, knows no implicit "rowid" */
+	/* pragma_table_xinfo, unlike the metadata API, knows no implicit "rowid" */
 	if (!isRealColumn(db, zTable, zColumn))
 	{
 		resultError(ctx, SQLITE_ERROR,
@@ -174,13 +216,254 @@ lookupColumn(sqlite3_context *ctx, const char *zTable, const char *zColumn,
 	return 1;
 }
 
-/* The guard arguments naming the row's resource: 'R' or 'P', ROW."K". */
+/*
+ * SQLite's affinity of a declared type (datatype3.html, 3.1). The token
+ * column must not turn an integer into text or a float: INTEGER, NUMERIC or
+ * none (BLOB).
+ */
+static const char *
+declaredAffinity(const char *zType)
+{
+	char		up[256];
+	size_t		i;
+
+	if (zType == NULL)
+		return "BLOB";
+	for (i = 0; zType[i] && i < sizeof(up) - 1; i++)
+		up[i] = (char) ((zType[i] >= 'a' && zType[i] <= 'z') ? zType[i] - 32 : zType[i]);
+	up[i] = '\0';
+	if (strstr(up, "INT"))
+		return "INTEGER";
+	if (strstr(up, "CHAR") || strstr(up, "CLOB") || strstr(up, "TEXT"))
+		return "TEXT";
+	if (strstr(up, "BLOB") || up[0] == '\0')
+		return "BLOB";
+	if (strstr(up, "REAL") || strstr(up, "FLOA") || strstr(up, "DOUB"))
+		return "REAL";
+	return "NUMERIC";
+}
+
+/*
+ * The token column's affinity and the key column's collation, checked at
+ * protect time (SPEC "No way around the fence"): a TEXT or REAL token column
+ * would hand the guard '31' or 31.0, and a key that compares equal to
+ * another under NOCASE or RTRIM would be one row under two resources.
+ */
+static int
+checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
+{
+	sqlite3    *db = sqlite3_context_db_handle(ctx);
+	const char *zType = NULL;
+	const char *zColl = NULL;
+	int			rc;
+
+	if (spec->zTokenColumn)
+	{
+		rc = sqlite3_table_column_metadata(db, "main", spec->zTable, spec->zTokenColumn,
+										   &zType, &zColl, NULL, NULL, NULL);
+		if (rc != SQLITE_OK)
+		{
+			resultError(ctx, rc, sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
+			return 0;
+		}
+		if (strcmp(declaredAffinity(zType), "TEXT") == 0 ||
+			strcmp(declaredAffinity(zType), "REAL") == 0)
+		{
+			resultError(ctx, SQLITE_ERROR,
+						sqlite3_mprintf("fence_protect: token column \"%s\".\"%s\" is declared "
+										"\"%s\", which has %s affinity; a fencing token is an "
+										"integer, so declare the column INTEGER (or NUMERIC, "
+										"or with no type); the table is left unguarded",
+										spec->zTable, spec->zTokenColumn, zType ? zType : "",
+										declaredAffinity(zType)));
+			return 0;
+		}
+	}
+	if (spec->zKeyColumn)
+	{
+		rc = sqlite3_table_column_metadata(db, "main", spec->zTable, spec->zKeyColumn,
+										   &zType, &zColl, NULL, NULL, NULL);
+		if (rc != SQLITE_OK)
+		{
+			resultError(ctx, rc, sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
+			return 0;
+		}
+		if (zColl && sqlite3_stricmp(zColl, "BINARY") != 0)
+		{
+			resultError(ctx, SQLITE_ERROR,
+						sqlite3_mprintf("fence_protect: key column \"%s\".\"%s\" has collation "
+										"%s, under which two different texts can be one key; "
+										"a per-row resource is the key's exact text, so use a "
+										"key column with BINARY collation; the table is left "
+										"unguarded", spec->zTable, spec->zKeyColumn, zColl));
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/*
+ * For a keyed guard: the WHERE terms (on alias c) that find the rows an
+ * INSERT of NEW would replace through each UNIQUE index and the rowid, one
+ * term per index joined by char 1, and the term saying that c is not OLD.
+ * An index on the key column alone, BINARY, holds only the same key: no
+ * term. An index on an expression cannot be looked up: refused.
+ */
+static int
+conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
+{
+	sqlite3    *db = sqlite3_context_db_handle(ctx);
+	sqlite3_stmt *stmt = NULL;
+	char	   *zTerms = sqlite3_mprintf("%s", "");
+	char	   *zNotOld = NULL;
+	int			rc;
+
+	rc = sqlite3_prepare_v2(db,
+							"SELECT l.name, x.cid, x.name, x.coll, "
+							"(SELECT count(*) FROM pragma_index_xinfo(l.name, 'main') AS y WHERE y.key) "
+							"FROM pragma_index_list(?1, 'main') AS l, "
+							"pragma_index_xinfo(l.name, 'main') AS x "
+							"WHERE l.\"unique\" AND x.key ORDER BY l.name, x.seqno",
+							-1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+		sqlite3_bind_text(stmt, 1, spec->zTable, -1, SQLITE_STATIC);
+	{
+		char	   *zIndex = NULL;	/* the index whose term is being built */
+		char	   *zTerm = NULL;
+
+		while (rc == SQLITE_OK && zTerms && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		{
+			rc = SQLITE_OK;		/* until the next step */
+			const char *zName = (const char *) sqlite3_column_text(stmt, 0);
+			const char *zCol = (const char *) sqlite3_column_text(stmt, 2);
+			const char *zColl = (const char *) sqlite3_column_text(stmt, 3);
+			int			nKeyCols = sqlite3_column_int(stmt, 4);
+
+			if (sqlite3_column_int(stmt, 1) < 0 || zCol == NULL)
+			{
+				resultError(ctx, SQLITE_ERROR,
+							sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" of \"%s\" is on "
+											"an expression; fence cannot look up the rows a "
+											"REPLACE through it would delete, so a per-row guard "
+											"refuses such a table; the table is left unguarded",
+											zName, spec->zTable));
+				rc = SQLITE_ERROR;
+				break;
+			}
+			if (nKeyCols == 1 && sqlite3_stricmp(zCol, spec->zKeyColumn) == 0 &&
+				(zColl == NULL || sqlite3_stricmp(zColl, "BINARY") == 0))
+				continue;
+			if (zIndex == NULL || strcmp(zIndex, zName) != 0)
+			{
+				if (zTerm)
+				{
+					char	   *z = sqlite3_mprintf("%s%s%s", zTerms, zTerms[0] ? "\001" : "", zTerm);
+
+					sqlite3_free(zTerms);
+					zTerms = z;
+				}
+				sqlite3_free(zTerm);
+				sqlite3_free(zIndex);
+				zIndex = sqlite3_mprintf("%s", zName);
+				zTerm = sqlite3_mprintf("c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"", zCol, zCol,
+										zColl ? zColl : "BINARY");
+			}
+			else
+			{
+				char	   *z = sqlite3_mprintf("%s AND c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
+												zTerm, zCol, zCol, zColl ? zColl : "BINARY");
+
+				sqlite3_free(zTerm);
+				zTerm = z;
+			}
+			if (zIndex == NULL || zTerm == NULL)
+				rc = SQLITE_NOMEM;
+		}
+		if (rc == SQLITE_DONE || (rc == SQLITE_OK && zTerms == NULL))
+		{
+			rc = zTerms ? SQLITE_OK : SQLITE_NOMEM;
+			if (zTerm && zTerms)
+			{
+				char	   *z = sqlite3_mprintf("%s%s%s", zTerms, zTerms[0] ? "\001" : "", zTerm);
+
+				sqlite3_free(zTerms);
+				zTerms = z;
+			}
+		}
+		sqlite3_free(zTerm);
+		sqlite3_free(zIndex);
+	}
+	sqlite3_finalize(stmt);
+	if (rc == SQLITE_ERROR)
+	{
+		sqlite3_free(zTerms);
+		return 0;
+	}
+
+	/* the rowid is a unique key of its own unless it is the key column */
+	if (rc == SQLITE_OK && zTerms && !bWithoutRowid && !spec->bKeyIsRowid)
+	{
+		char	   *z = sqlite3_mprintf("%s%sc.rowid = NEW.rowid", zTerms, zTerms[0] ? "\001" : "");
+
+		sqlite3_free(zTerms);
+		zTerms = z;
+	}
+	if (rc == SQLITE_OK && zTerms)
+	{
+		if (!bWithoutRowid)
+			zNotOld = sqlite3_mprintf("%s", "c.rowid <> OLD.rowid");
+		else
+		{
+			/* a WITHOUT ROWID table's row is its primary key */
+			rc = sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info(?1, 'main') "
+									"WHERE pk > 0 ORDER BY pk", -1, &stmt, NULL);
+			if (rc == SQLITE_OK)
+			{
+				sqlite3_bind_text(stmt, 1, spec->zTable, -1, SQLITE_STATIC);
+				zNotOld = sqlite3_mprintf("%s", "NOT (1");
+				while (zNotOld && sqlite3_step(stmt) == SQLITE_ROW)
+				{
+					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\"", zNotOld,
+													sqlite3_column_text(stmt, 0),
+													sqlite3_column_text(stmt, 0));
+
+					sqlite3_free(zNotOld);
+					zNotOld = z;
+				}
+				if (zNotOld)
+				{
+					char	   *z = sqlite3_mprintf("%s)", zNotOld);
+
+					sqlite3_free(zNotOld);
+					zNotOld = z;
+				}
+			}
+			sqlite3_finalize(stmt);
+		}
+	}
+	if (rc != SQLITE_OK || zTerms == NULL || zNotOld == NULL)
+	{
+		sqlite3_free(zTerms);
+		sqlite3_free(zNotOld);
+		if (rc == SQLITE_OK || rc == SQLITE_NOMEM)
+			sqlite3_result_error_nomem(ctx);
+		else
+			resultError(ctx, rc, sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
+		return 0;
+	}
+	spec->zConflictIns = zTerms;
+	spec->zNotOld = zNotOld;
+	return 1;
+}
+
+/* The guard arguments naming the row's resource: G, 'R' or G, 'P', ROW."K". */
 static char *
 resourceArgs(const ProtectSpec *spec, const char *zRow)
 {
 	if (spec->zKeyColumn == NULL)
-		return sqlite3_mprintf("%Q", spec->zResource);
-	return sqlite3_mprintf("%Q, %s.\"%w\"", spec->zResource, zRow, spec->zKeyColumn);
+		return sqlite3_mprintf("%lld, %Q", (long long) spec->id, spec->zResource);
+	return sqlite3_mprintf("%lld, %Q, %s.\"%w\"", (long long) spec->id, spec->zResource,
+						   zRow, spec->zKeyColumn);
 }
 
 /* The SELECT list a trigger runs: the guard on OLD, and on NEW if it differs. */
@@ -207,65 +490,155 @@ guardCalls(const ProtectSpec *spec, const char *zFunc, const char *zTail,
 	return zSql;
 }
 
+/*
+ * "SELECT <guard on c> FROM T AS c WHERE <term> [AND <not OLD>];" for each
+ * conflict term: the rows this write would replace, each checked as an
+ * UPDATE of that row. "" without a key.
+ */
 static char *
-protectSql(const ProtectSpec *spec)
+conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, int bUpdate)
 {
-	const char *T = spec->zTable;
-	char	   *zTokenTail = spec->zTokenColumn ?
-		sqlite3_mprintf(", NEW.\"%w\"", spec->zTokenColumn) : NULL;
-	char	   *zInsert = spec->zTokenColumn ?
-		guardCalls(spec, "fence_guard_write", zTokenTail, 0, 1) :
-		guardCalls(spec, "fence_guard_fenced", "", 0, 1);
-	char	   *zUpdateToken = spec->zTokenColumn ?
-		guardCalls(spec, "fence_guard_write", zTokenTail, 1, 1) : NULL;
-	char	   *zUpdate = guardCalls(spec, "fence_guard_fenced", "", 1, 1);
-	char	   *zDelete = guardCalls(spec, "fence_guard_fenced", "", 1, 0);
-	char	   *zSql = NULL;
+	char	   *zSql = sqlite3_mprintf("%s", "");
+	const char *zTerm = spec->zConflictIns;
 
-	if (zInsert && zUpdate && zDelete && (zUpdateToken || !spec->zTokenColumn))
+	if (spec->zKeyColumn == NULL || zTerm == NULL)
+		return zSql;
+	while (zSql && *zTerm)
 	{
-		char	   *zTokenTrigger = zUpdateToken ?
-			sqlite3_mprintf("CREATE TRIGGER main.\"fence_update_token:%w\" "
-							"BEFORE UPDATE OF \"%w\" ON \"%w\" BEGIN SELECT %s; END;\n",
-							T, spec->zTokenColumn, T, zUpdateToken) :
-			sqlite3_mprintf("%s", "");
+		const char *zEnd = strchr(zTerm, '\001');
+		int			nTerm = zEnd ? (int) (zEnd - zTerm) : (int) strlen(zTerm);
+		char	   *z = sqlite3_mprintf("%s SELECT %s(%lld, %Q, c.\"%w\"%s) FROM \"%w\" AS c "
+										"WHERE %.*s%s%s;", zSql, zFunc, (long long) spec->id,
+										spec->zResource, spec->zKeyColumn, zTail, spec->zTable,
+										nTerm, zTerm, bUpdate ? " AND " : "",
+										bUpdate ? spec->zNotOld : "");
 
-		if (zTokenTrigger)
-			zSql = sqlite3_mprintf(
-				"CREATE TRIGGER main.\"fence_insert:%w\" %s INSERT ON \"%w\" "
-				"BEGIN SELECT %s; END;\n"
-				"%s"
-				"CREATE TRIGGER main.\"fence_update:%w\" AFTER UPDATE ON \"%w\" "
-				"BEGIN SELECT %s; END;\n"
-				"CREATE TRIGGER main.\"fence_delete:%w\" BEFORE DELETE ON \"%w\" "
-				"BEGIN SELECT %s; END;\n",
-				T, spec->bKeyIsRowid ? "AFTER" : "BEFORE", T, zInsert,
-				zTokenTrigger,
-				T, T, zUpdate,
-				T, T, zDelete);
-		sqlite3_free(zTokenTrigger);
+		sqlite3_free(zSql);
+		zSql = z;
+		zTerm = zEnd ? zEnd + 1 : zTerm + nTerm;
 	}
-	sqlite3_free(zTokenTail);
-	sqlite3_free(zInsert);
-	sqlite3_free(zUpdateToken);
-	sqlite3_free(zUpdate);
-	sqlite3_free(zDelete);
 	return zSql;
 }
 
 static char *
-unprotectSql(const char *zTable)
+protectSql(const ProtectSpec *spec)
 {
+	const char *T = spec->zTable;
+	const char *zWrite = spec->zTokenColumn ? "fence_guard_write" : "fence_guard_fenced";
+	char	   *zTokenTail = spec->zTokenColumn ?
+		sqlite3_mprintf(", NEW.\"%w\"", spec->zTokenColumn) : sqlite3_mprintf("%s", "");
+	char	   *zInsert = zTokenTail ? guardCalls(spec, zWrite, zTokenTail, 0, 1) : NULL;
+	char	   *zInsertConflicts = zTokenTail ? conflictChecks(spec, zWrite, zTokenTail, 0) : NULL;
+	char	   *zUpdateToken = spec->zTokenColumn && zTokenTail ?
+		guardCalls(spec, "fence_guard_write", zTokenTail, 1, 1) : NULL;
+	char	   *zUpdateTokenConflicts = spec->zTokenColumn && zTokenTail ?
+		conflictChecks(spec, "fence_guard_write", zTokenTail, 1) : NULL;
+	char	   *zUpdate = guardCalls(spec, "fence_guard_fenced", "", 1, 1);
+	char	   *zUpdateConflicts = conflictChecks(spec, "fence_guard_fenced", "", 1);
+	char	   *zDelete = guardCalls(spec, "fence_guard_fenced", "", 1, 0);
+	char	   *zInsertTriggers = NULL;
+	char	   *zTokenTrigger = NULL;
+	char	   *zSql = NULL;
+	long long	G = (long long) spec->id;
+
+	if (!zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
+		!zDelete || (spec->zTokenColumn && (!zUpdateToken || !zUpdateTokenConflicts)))
+		goto done;
+
+	if (spec->bKeyIsRowid)
+		zInsertTriggers = sqlite3_mprintf(
+			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
+			"BEGIN SELECT fence_guard_ready(%lld, %Q, 1);%s END;\n"
+			"CREATE TRIGGER main.\"fence:%lld:insert_after\" AFTER INSERT ON \"%w\" "
+			"BEGIN SELECT %s; END;\n",
+			G, T, G, spec->zResource, zInsertConflicts, G, T, zInsert);
+	else
+		zInsertTriggers = sqlite3_mprintf(
+			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
+			"BEGIN SELECT %s;%s END;\n", G, T, zInsert, zInsertConflicts);
+	/* created after "update" so that it runs first */
+	zTokenTrigger = spec->zTokenColumn ?
+		sqlite3_mprintf("CREATE TRIGGER main.\"fence:%lld:update_token\" "
+						"BEFORE UPDATE OF \"%w\" ON \"%w\" BEGIN SELECT %s;%s END;\n",
+						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts) :
+		sqlite3_mprintf("%s", "");
+	if (zInsertTriggers && zTokenTrigger)
+		zSql = sqlite3_mprintf(
+			"%s"
+			"CREATE TRIGGER main.\"fence:%lld:update\" BEFORE UPDATE ON \"%w\" "
+			"BEGIN SELECT %s;%s END;\n"
+			"%s"
+			"CREATE TRIGGER main.\"fence:%lld:delete\" BEFORE DELETE ON \"%w\" "
+			"BEGIN SELECT %s; END;\n",
+			zInsertTriggers,
+			G, T, zUpdate, zUpdateConflicts,
+			zTokenTrigger,
+			G, T, zDelete);
+done:
+	sqlite3_free(zInsertTriggers);
+	sqlite3_free(zTokenTrigger);
+	sqlite3_free(zTokenTail);
+	sqlite3_free(zInsert);
+	sqlite3_free(zInsertConflicts);
+	sqlite3_free(zUpdateToken);
+	sqlite3_free(zUpdateTokenConflicts);
+	sqlite3_free(zUpdate);
+	sqlite3_free(zUpdateConflicts);
+	sqlite3_free(zDelete);
+	return zSql;
+}
+
+/*
+ * The SQL that removes table zTable's guard: its triggers are found by the
+ * table they are ON, whatever the table was called when it was protected
+ * (and the names older versions of fence gave them), and their guard ids
+ * leave fence_guards. NULL with an error set on failure.
+ */
+static char *
+unprotectSql(sqlite3_context *ctx, const char *zFunc, const char *zTable)
+{
+	sqlite3    *db = sqlite3_context_db_handle(ctx);
+	sqlite3_stmt *stmt = NULL;
 	char	   *zSql = sqlite3_mprintf("%s", "");
-	size_t		i;
+	int			bGuards = sqlite3_table_column_metadata(db, "main", "fence_guards", "id",
+														NULL, NULL, NULL, NULL, NULL) == SQLITE_OK;
+	int			rc;
 
-	for (i = 0; zSql && i < sizeof(triggerKinds) / sizeof(triggerKinds[0]); i++)
+	rc = sqlite3_prepare_v2(db,
+							"SELECT name, CASE WHEN name GLOB 'fence:[0-9]*:*' THEN "
+							"CAST(substr(name, 7, instr(substr(name, 7), ':') - 1) AS INTEGER) END "
+							"FROM main.sqlite_schema WHERE type = 'trigger' "
+							"AND tbl_name = ?1 COLLATE NOCASE AND (name GLOB 'fence:[0-9]*:*' "
+							"OR name GLOB 'fence_insert:*' OR name GLOB 'fence_update:*' "
+							"OR name GLOB 'fence_update_token:*' OR name GLOB 'fence_delete:*')",
+							-1, &stmt, NULL);
+	if (rc == SQLITE_OK)
 	{
-		char	   *zNext = sqlite3_mprintf("%sDROP TRIGGER IF EXISTS main.\"fence_%s:%w\";\n",
-											zSql, triggerKinds[i], zTable);
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		while (zSql && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		{
+			char	   *z = sqlite3_mprintf("%sDROP TRIGGER main.\"%w\";\n", zSql,
+											sqlite3_column_text(stmt, 0));
 
+			sqlite3_free(zSql);
+			zSql = z;
+			if (zSql && bGuards && sqlite3_column_type(stmt, 1) == SQLITE_INTEGER)
+			{
+				z = sqlite3_mprintf("%sDELETE FROM main.fence_guards WHERE id = %lld;\n",
+									zSql, (long long) sqlite3_column_int64(stmt, 1));
+				sqlite3_free(zSql);
+				zSql = z;
+			}
+		}
+	}
+	sqlite3_finalize(stmt);
+	if (zSql == NULL)
+		sqlite3_result_error_nomem(ctx);
+	else if (rc != SQLITE_DONE)
+	{
+		resultError(ctx, rc, sqlite3_mprintf("%s: %s", zFunc, sqlite3_errmsg(db)));
 		sqlite3_free(zSql);
-		zSql = zNext;
+		zSql = NULL;
 	}
 	return zSql;
 }
@@ -325,6 +698,7 @@ argName(sqlite3_context *ctx, sqlite3_value *v, const char *zWhat, int bNullable
 void
 fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
+	sqlite3    *db = sqlite3_context_db_handle(ctx);
 	ProtectSpec spec;
 	const char *zTable;
 	char	   *zCanonical = NULL;
@@ -365,19 +739,33 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		return;
 	spec.zTable = zCanonical;
 	if ((spec.zTokenColumn && !lookupColumn(ctx, zCanonical, spec.zTokenColumn, NULL)) ||
-		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)))
+		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)) ||
+		!checkColumnTypes(ctx, &spec) ||
+		(spec.zKeyColumn && !conflictTerms(ctx, &spec, isWithoutRowid(db, zCanonical))))
 		goto done;
 
-	zDrop = unprotectSql(zCanonical);
+	/* a random id: a copy of this file attached beside it is told apart */
+	sqlite3_randomness(sizeof(spec.id), &spec.id);
+	spec.id &= (sqlite3_int64) 0x3fffffffffffffffLL;
+	if (spec.id == 0)
+		spec.id = 1;
+	spec.zUniques = spec.zKeyColumn ? fenceUniqueSignature(db, zCanonical) : sqlite3_mprintf("*");
+	zDrop = unprotectSql(ctx, "fence_protect", zCanonical);
+	if (zDrop == NULL)
+		goto done;
 	zSql = protectSql(&spec);
-	if (zDrop == NULL || zSql == NULL)
+	if (zSql == NULL || spec.zUniques == NULL)
 	{
 		sqlite3_result_error_nomem(ctx);
 		goto done;
 	}
 	{
 		/* protecting again replaces the guard, in one step */
-		char	   *zAll = sqlite3_mprintf("%s%s", zDrop, zSql);
+		char	   *zAll = sqlite3_mprintf("%s%s;\n%s"
+										   "INSERT INTO main.fence_guards(id, resource, keyed, uniques) "
+										   "VALUES (%lld, %Q, %d, %Q);\n",
+										   zDrop, createGuardsSql, zSql, (long long) spec.id,
+										   spec.zResource, spec.zKeyColumn != NULL, spec.zUniques);
 
 		if (zAll == NULL)
 			sqlite3_result_error_nomem(ctx);
@@ -389,6 +777,9 @@ done:
 	sqlite3_free(zDrop);
 	sqlite3_free(zSql);
 	sqlite3_free(zCanonical);
+	sqlite3_free(spec.zUniques);
+	sqlite3_free(spec.zConflictIns);
+	sqlite3_free(spec.zNotOld);
 }
 
 /* fence_unprotect(table): drop the guard; a table without one is left as is. */
@@ -405,10 +796,8 @@ fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	zCanonical = lookupTable(ctx, "fence_unprotect", zTable);
 	if (zCanonical == NULL)
 		return;
-	zDrop = unprotectSql(zCanonical);
-	if (zDrop == NULL)
-		sqlite3_result_error_nomem(ctx);
-	else if (execAtomically(ctx, "fence_unprotect", zDrop))
+	zDrop = unprotectSql(ctx, "fence_unprotect", zCanonical);
+	if (zDrop != NULL && execAtomically(ctx, "fence_unprotect", zDrop))
 		sqlite3_result_null(ctx);
 	sqlite3_free(zDrop);
 	sqlite3_free(zCanonical);

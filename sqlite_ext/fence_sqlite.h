@@ -3,7 +3,8 @@
  *
  * What the SQLite extension's files share: the per-connection state
  * (FenceConn), the transaction's held fences (FenceHeld, fence_held.c), the
- * token table (fence.c) and the trigger DDL (fence_protect.c).
+ * token table (fence.c), the guard admission (fence_guard.c) and the trigger
+ * DDL (fence_protect.c).
  */
 #ifndef FENCE_SQLITE_H
 #define FENCE_SQLITE_H
@@ -25,6 +26,15 @@ typedef struct FenceUndo
 	sqlite3_int64 token;		/* that highest */
 	char		zUpdatedAt[64]; /* and its updated_at */
 } FenceUndo;
+
+/* A guard id admitted in this schema generation (fence_guard.c). */
+typedef struct FenceGuardSeen
+{
+	sqlite3_int64 id;
+	char	   *zResource;		/* the resource, or the prefix when keyed */
+	int			nResource;
+	int			bKeyed;
+} FenceGuardSeen;
 
 typedef struct FenceConn
 {
@@ -54,6 +64,17 @@ typedef struct FenceConn
 	sqlite3_stmt *pAdvanceToken;
 	sqlite3_stmt *pDeleteToken;
 	sqlite3_stmt *pEnlist;
+	/* guard admission (fence_guard.c) */
+	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
+	int			nGuard;
+	int			nGuardAlloc;
+	int			bForeignChecked;	/* no schema object but fence's names a guard */
+	int			bGuardTxnChecked;	/* the schema generation was checked in this txn */
+	sqlite3_int64 cookieMain;	/* the schema versions aGuard was checked against */
+	sqlite3_int64 cookieTemp;
+	sqlite3_stmt *pProbeMain;
+	sqlite3_stmt *pProbeTemp;
+	sqlite3_stmt *pJournalMode;
 } FenceConn;
 
 /* fence_held.c */
@@ -66,6 +87,13 @@ extern const FenceAllocator fenceSqliteAllocator;
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);
 void		fenceUndoForget(FenceConn *conn);
+
+/* fence_guard.c */
+int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
+							const char *zRes, int nRes, int bKeyed);
+void		fenceGuardTxnEnded(FenceConn *conn);
+void		fenceGuardFree(FenceConn *conn);
+char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable);
 
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);

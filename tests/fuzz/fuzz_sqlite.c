@@ -735,6 +735,13 @@ startsWith(const char *s, const char *prefix)
 }
 
 /* The documented errors of fence (SPEC.md "Errors", README result codes). */
+/* A guard function called other than from a guard fence_protect made. */
+static int
+isGuardRefused(const Outcome *o)
+{
+	return o->rc == SQLITE_ERROR && startsWith(o->msg, "fence guard refused: ");
+}
+
 static int
 isFenceError(const Outcome *o)
 {
@@ -742,7 +749,7 @@ isFenceError(const Outcome *o)
 		return startsWith(o->msg, "stale fencing token ") ||
 			startsWith(o->msg, "fencing token required ");
 	if (o->rc == SQLITE_ERROR)
-		return startsWith(o->msg, "invalid fencing ");
+		return startsWith(o->msg, "invalid fencing ") || isGuardRefused(o);
 	return 0;
 }
 
@@ -1070,8 +1077,9 @@ opAccept(FuzzInput *in, int which)
 	static const char *const sqls[] = {
 		"SELECT fence_check(?1, ?2)",
 		"SELECT fence_try(?1, ?2)",
-		"SELECT fence_guard_write(?1, ?2)",
-		"SELECT fence_guard_write(?1, ?2, ?3)",
+		/* called directly, with no guard id fence_protect recorded */
+		"SELECT fence_guard_write(0, ?1, ?2)",
+		"SELECT fence_guard_write(0, ?1, ?2, ?3)",
 	};
 	int			nArgs = which == 3 ? 3 : 2;
 	Val			vals[3];
@@ -1087,6 +1095,12 @@ opAccept(FuzzInput *in, int which)
 	{
 		CHECK(isFenceError(&o), "undocumented error %d: %s", o.rc, o.msg);
 		checkUnchanged(&pre, &post, "an error");
+	}
+	if (which >= 2)
+	{
+		/* a guard function admits only its own triggers' guard ids */
+		CHECK(o.rc != SQLITE_OK, "%s passed without a guard id", sqls[which]);
+		goto done;
 	}
 
 	if (nArgs == 3 ? wantKeyResource(&w, &seen[0], &seen[1]) : wantResource(&w, &seen[0]))
@@ -1112,8 +1126,8 @@ opResource(FuzzInput *in, int which)
 	static const char *const sqls[] = {
 		"SELECT fence_current(?1)",
 		"SELECT fence_reset(?1)",
-		"SELECT fence_guard_fenced(?1)",
-		"SELECT fence_guard_fenced(?1, ?2)",
+		"SELECT fence_guard_fenced(0, ?1)",
+		"SELECT fence_guard_fenced(0, ?1, ?2)",
 	};
 	int			nArgs = which == 3 ? 2 : 1;
 	Val			vals[2];
@@ -1127,6 +1141,13 @@ opResource(FuzzInput *in, int which)
 	takeSnap(&post);
 	if (o.rc != SQLITE_OK)
 		CHECK(isFenceError(&o), "undocumented error %d: %s", o.rc, o.msg);
+	if (which >= 2)
+	{
+		/* a guard function admits only its own triggers' guard ids */
+		CHECK(o.rc != SQLITE_OK, "%s passed without a guard id", sqls[which]);
+		checkUnchanged(&pre, &post, sqls[which]);
+		goto done;
+	}
 	valid = nArgs == 2 ? wantKeyResource(&w, &seen[0], &seen[1]) : wantResource(&w, &seen[0]);
 	if (!valid || which != 1)
 		checkUnchanged(&pre, &post, sqls[which]);
@@ -1160,6 +1181,7 @@ opResource(FuzzInput *in, int which)
 			WANT_OK : WANT_REQUIRED;
 		checkAgainst(&o, &w, sqls[which]);
 	}
+done:
 	outcomeFree(&o);
 	freeSeen(seen, nArgs);
 }
@@ -1455,7 +1477,7 @@ opOther(FuzzInput *in)
 		"SELECT fence_check(resource, token + ?1) FROM fence_held LIMIT 20",
 		"SELECT fence_reset(resource) FROM fence_held",
 		"SELECT count(*) FROM (SELECT 1 FROM fence_held WHERE fence_try(resource || ?1, ?2) LIMIT 20)",
-		"SELECT fence_guard_fenced(resource) FROM fence_held",
+		"SELECT fence_guard_fenced(0, resource) FROM fence_held",
 	};
 	int			which = in_u8(in) % (sizeof(sqls) / sizeof(sqls[0]));
 	Val			vals[4];
@@ -1474,7 +1496,8 @@ opOther(FuzzInput *in)
 	if (which == 6 && o.rc == SQLITE_OK)
 		CHECK(o.nRows == pre.held.n, "fence_held listed %d rows, want %d", o.nRows, pre.held.n);
 	if (which == 10)
-		CHECK(o.rc == SQLITE_OK, "a held fence is not fenced: %s", o.msg);
+		CHECK(o.rc == SQLITE_OK ? pre.held.n == 0 : isGuardRefused(&o),
+			  "a guard called from a scan of fence_held without its id gave %d %s", o.rc, o.msg);
 	if (which == 5 || which == 8)
 		rowsAdd(&resetSince, "", 0, 0, NULL);	/* any resource may have been reset */
 	outcomeFree(&o);

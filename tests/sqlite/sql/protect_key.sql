@@ -3,17 +3,20 @@
 -- assign), an empty prefix, and the full messages.
 CREATE TABLE account(id TEXT PRIMARY KEY, balance INTEGER, tok INTEGER);
 SELECT quote(fence_protect('account', 'tok', 'account:', 'id'));
-SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' ORDER BY name;
+SELECT replace(s.name, g.id, 'G'), replace(s.sql, g.id, 'G') FROM sqlite_schema AS s JOIN fence_guards AS g ON s.name GLOB 'fence:' || g.id || ':*'
+ WHERE s.tbl_name = 'account' ORDER BY s.name;
 INSERT INTO account VALUES ('17', 100, 5);
 UPDATE account SET balance = 90, tok = 4 WHERE id = '17';
 UPDATE account SET balance = 90 WHERE id = '17';
 INSERT INTO account VALUES (NULL, 0, 1);
 INSERT INTO account VALUES (printf('%.*c', 1017, 'k'), 0, 1);
 -- a key that is the INTEGER PRIMARY KEY: SQLite may assign it, so the
--- insert is checked after the row has its id
+-- insert is checked after the row has its id (the BEFORE trigger admits
+-- the guard and refuses journal_mode=OFF before any row is written)
 CREATE TABLE job(id INTEGER PRIMARY KEY, state TEXT, tok INTEGER);
 SELECT quote(fence_protect('job', 'tok', 'job-', 'id'));
-SELECT sql FROM sqlite_schema WHERE name = 'fence_insert:job';
+SELECT replace(s.sql, g.id, 'G') FROM sqlite_schema AS s JOIN fence_guards AS g ON s.name GLOB 'fence:' || g.id || ':*'
+ WHERE s.tbl_name = 'job' AND s.name GLOB '*:insert*' ORDER BY s.name;
 INSERT INTO job(state, tok) VALUES ('new', 7);
 INSERT INTO job(id, state, tok) VALUES (5, 'new', 2);
 INSERT INTO job(id, state, tok) VALUES (5, 'again', 1);
@@ -25,8 +28,9 @@ CREATE TABLE job2(id INTEGER, tok INTEGER, PRIMARY KEY (id));
 SELECT quote(fence_protect('job2', 'tok', 'job2-', 'id'));
 CREATE TABLE job3(id INTEGER PRIMARY KEY, tok INTEGER) WITHOUT ROWID;
 SELECT quote(fence_protect('job3', 'tok', 'job3-', 'id'));
-SELECT name, substr(sql, 1, instr(sql, ' INSERT') - 1) FROM sqlite_schema
- WHERE name IN ('fence_insert:job2', 'fence_insert:job3') ORDER BY name;
+SELECT s.tbl_name, replace(substr(s.sql, 1, instr(s.sql, ' INSERT') - 1), g.id, 'G')
+ FROM sqlite_schema AS s JOIN fence_guards AS g ON s.name GLOB 'fence:' || g.id || ':insert*'
+ WHERE s.tbl_name IN ('job2', 'job3') ORDER BY s.tbl_name, replace(s.name, g.id, 'G');
 -- an empty prefix is allowed: the key alone is the resource
 CREATE TABLE bare(k TEXT PRIMARY KEY, tok INTEGER);
 SELECT quote(fence_protect('bare', 'tok', '', 'k'));

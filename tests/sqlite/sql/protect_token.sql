@@ -3,7 +3,8 @@
 -- REPLACE, and how tables and columns are named and refused.
 CREATE TABLE counter(id INTEGER PRIMARY KEY, n INTEGER, tok INTEGER);
 SELECT quote(fence_protect('counter', 'tok', 'counter-lock'));
-SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' ORDER BY name;
+SELECT replace(s.name, g.id, 'G'), replace(s.sql, g.id, 'G') FROM sqlite_schema AS s JOIN fence_guards AS g ON s.name GLOB 'fence:' || g.id || ':*'
+ WHERE s.tbl_name = 'counter' ORDER BY s.name;
 INSERT INTO counter VALUES (1, 0, 5);
 -- a token that is not an INTEGER is invalid, never coerced
 INSERT INTO counter VALUES (3, 0, 'five');

@@ -1,0 +1,479 @@
+/*
+ * fence_guard.c
+ *
+ * What every guard call must establish before it may accept a token or pass
+ * a write, besides the token itself: that the trigger calling it is one that
+ * fence_protect() made in this connection's main database, and that a write
+ * it refuses can be undone.
+ *
+ *   the guard id   Each fence_protect() records a random 62-bit guard id in
+ *                  main.fence_guards with the resource (or prefix) and the
+ *                  table's UNIQUE indexes, and writes the id into its
+ *                  triggers' names ("fence:<id>:insert") and calls. A call
+ *                  is admitted when main.fence_guards holds the id with the
+ *                  same resource, no attached database also holds it (a copy
+ *                  of the file attached beside it: the calling trigger could
+ *                  be the copy's), the table's UNIQUE indexes are the ones
+ *                  the triggers were written for (REPLACE through a newer
+ *                  one would delete rows unchecked), and no object in any
+ *                  schema other than fence's own guard triggers names a
+ *                  guard function (SQL cannot compute a function's name, so
+ *                  a view or trigger that could call one must spell it).
+ *                  A table in an attached file therefore cannot be written
+ *                  through that schema name: its guard id is in the file's
+ *                  fence_tokens' neighbour, not in main's.
+ *   the journal    With PRAGMA journal_mode=OFF SQLite cannot undo a failed
+ *                  statement: the rows it wrote before the refusal stay. A
+ *                  guard refuses in that mode, before the statement's first
+ *                  row is written (every insert, update and delete has a
+ *                  BEFORE guard trigger).
+ *
+ * Cost: the admission is checked once per guard id per schema generation and
+ * kept in FenceConn; the schema cookies of main and temp (two cached PRAGMA
+ * statements, once per transaction) tell when to check again. With another
+ * database attached the check is made once per transaction. The journal
+ * check is a C call per row once the journal is open; before that (the
+ * first row of a transaction in a rollback-journal mode) a cached PRAGMA.
+ *
+ * Concurrency: the cache is per connection. Another connection's schema
+ * change moves main's cookie, which the next transaction sees; inside a
+ * write transaction nobody else can change main's schema.
+ */
+#include "fence_sqlite.h"
+
+#include <string.h>
+
+SQLITE_EXTENSION_INIT3
+
+static const char guardProbeMainSql[] = "PRAGMA main.schema_version";
+static const char guardProbeTempSql[] = "PRAGMA temp.schema_version";
+static const char journalModeSql[] = "PRAGMA main.journal_mode";
+
+/* the objects of schema %w that name a guard function but are not fence's */
+static const char foreignCallersSql[] =
+"SELECT name FROM \"%w\".sqlite_schema "
+"WHERE sql LIKE '%%fence\\_guard\\_%%' ESCAPE '\\' "
+"AND NOT (type = 'trigger' AND name GLOB 'fence:[0-9]*:*' %s) LIMIT 1";
+
+static const char foreignCallersGuardsSql[] =
+"AND CAST(substr(name, 7, instr(substr(name, 7), ':') - 1) AS INTEGER) "
+"IN (SELECT id FROM \"%w\".fence_guards)";
+
+static void
+refuse(sqlite3_context *ctx, int rc, char *zMsg)
+{
+	if (zMsg == NULL)
+	{
+		sqlite3_result_error_nomem(ctx);
+		return;
+	}
+	sqlite3_result_error(ctx, zMsg, -1);
+	sqlite3_result_error_code(ctx, rc);
+	sqlite3_free(zMsg);
+}
+
+/* The UNIQUE indexes of main.zTable, a sorted comma list; NULL on error. */
+char *
+fenceUniqueSignature(sqlite3 *db, const char *zTable)
+{
+	sqlite3_stmt *stmt = NULL;
+	char	   *z = NULL;
+
+	if (sqlite3_prepare_v2(db,
+						   "SELECT coalesce(group_concat(name, ','), '') FROM "
+						   "(SELECT name FROM pragma_index_list(?1, 'main') "
+						   "WHERE \"unique\" ORDER BY name)", -1, &stmt, NULL) == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		if (sqlite3_step(stmt) == SQLITE_ROW)
+			z = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
+	}
+	sqlite3_finalize(stmt);
+	return z;
+}
+
+static int
+stepInt64(FenceConn *conn, sqlite3_stmt **pp, const char *zSql, sqlite3_int64 *pOut)
+{
+	int			rc = SQLITE_OK;
+
+	if (*pp == NULL)
+	{
+		/* the eponymous fence_held finalizes cached statements at close */
+		rc = fenceHeldConnect(conn);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_prepare_v3(conn->db, zSql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	rc = sqlite3_step(*pp);
+	if (rc == SQLITE_ROW)
+	{
+		*pOut = sqlite3_column_int64(*pp, 0);
+		rc = SQLITE_OK;
+	}
+	sqlite3_reset(*pp);
+	return rc;
+}
+
+static void
+forgetAdmitted(FenceConn *conn)
+{
+	int			i;
+
+	for (i = 0; i < conn->nGuard; i++)
+		sqlite3_free(conn->aGuard[i].zResource);
+	conn->nGuard = 0;
+	conn->bForeignChecked = 0;
+}
+
+void
+fenceGuardFree(FenceConn *conn)
+{
+	forgetAdmitted(conn);
+	sqlite3_free(conn->aGuard);
+	conn->aGuard = NULL;
+	conn->nGuardAlloc = 0;
+}
+
+/* Databases other than main and temp that this connection has attached. */
+static int
+attachedCount(sqlite3 *db)
+{
+	int			i;
+
+	for (i = 2; sqlite3_db_name(db, i) != NULL; i++)
+		;
+	return i - 2;
+}
+
+/*
+ * Once per transaction: is what was admitted still true? It is while main's
+ * and temp's schemas are the ones it was checked against and nothing else
+ * is attached.
+ */
+static int
+revalidate(FenceConn *conn)
+{
+	sqlite3_int64 cookieMain = 0;
+	sqlite3_int64 cookieTemp = 0;
+	int			rc;
+
+	if (conn->bGuardTxnChecked)
+		return SQLITE_OK;
+	rc = stepInt64(conn, &conn->pProbeMain, guardProbeMainSql, &cookieMain);
+	if (rc == SQLITE_OK)
+		rc = stepInt64(conn, &conn->pProbeTemp, guardProbeTempSql, &cookieTemp);
+	if (rc != SQLITE_OK)
+		return rc;
+	if (cookieMain != conn->cookieMain || cookieTemp != conn->cookieTemp ||
+		attachedCount(conn->db) > 0)
+	{
+		forgetAdmitted(conn);
+		conn->cookieMain = cookieMain;
+		conn->cookieTemp = cookieTemp;
+	}
+	/* kept until the transaction ends, which only an enlisted one reports */
+	conn->bGuardTxnChecked = conn->bEnlisted;
+	return SQLITE_OK;
+}
+
+/*
+ * Every schema's objects that name a guard function must be fence's own
+ * guard triggers, each backed by its schema's fence_guards.
+ */
+static int
+checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
+{
+	int			i;
+
+	for (i = 0; sqlite3_db_name(conn->db, i) != NULL; i++)
+	{
+		const char *zSchema = sqlite3_db_name(conn->db, i);
+		int			bGuards = sqlite3_table_column_metadata(conn->db, zSchema, "fence_guards",
+															"id", NULL, NULL, NULL, NULL,
+															NULL) == SQLITE_OK;
+		char	   *zGuards = bGuards ? sqlite3_mprintf(foreignCallersGuardsSql, zSchema)
+			: sqlite3_mprintf("%s", "AND 0");
+		char	   *zSql = zGuards ? sqlite3_mprintf(foreignCallersSql, zSchema, zGuards) : NULL;
+		sqlite3_stmt *stmt = NULL;
+		int			rc;
+
+		sqlite3_free(zGuards);
+		if (zSql == NULL)
+		{
+			sqlite3_result_error_nomem(ctx);
+			return 0;
+		}
+		rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
+		sqlite3_free(zSql);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_step(stmt);
+		if (rc == SQLITE_ROW)
+			refuse(ctx, FENCE_RC_INVALID,
+				   sqlite3_mprintf("fence guard refused: \"%s\".\"%s\" names a fence guard "
+								   "function but is not a guard trigger that fence_protect "
+								   "created; a view or trigger other than fence's own must "
+								   "not call fence_guard_write or fence_guard_fenced (drop it)",
+								   zSchema, (const char *) sqlite3_column_text(stmt, 0)));
+		else if (rc != SQLITE_DONE)
+			refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\": %s",
+											zSchema, sqlite3_errmsg(conn->db)));
+		sqlite3_finalize(stmt);
+		if (rc != SQLITE_DONE)
+			return 0;
+	}
+	conn->bForeignChecked = 1;
+	return 1;
+}
+
+/* Does attached schema zSchema also record guard id (a copy of main)? */
+static int
+attachedHoldsId(FenceConn *conn, const char *zSchema, sqlite3_int64 id, int *pHolds)
+{
+	sqlite3_stmt *stmt = NULL;
+	char	   *zSql;
+	int			rc;
+
+	*pHolds = 0;
+	if (sqlite3_table_column_metadata(conn->db, zSchema, "fence_guards", "id",
+									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
+		return SQLITE_OK;
+	zSql = sqlite3_mprintf("SELECT 1 FROM \"%w\".fence_guards WHERE id = ?1", zSchema);
+	if (zSql == NULL)
+		return SQLITE_NOMEM;
+	rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
+	sqlite3_free(zSql);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_int64(stmt, 1, id);
+		rc = sqlite3_step(stmt);
+		*pHolds = rc == SQLITE_ROW;
+		rc = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? SQLITE_OK : rc;
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/* The first call of guard id in a schema generation: is it fence's? */
+static int
+admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
+		 const char *zRes, int nRes, int bKeyed)
+{
+	sqlite3    *db = conn->db;
+	sqlite3_stmt *stmt = NULL;
+	char	   *zNow = NULL;
+	int			ok = 0;
+	int			rc;
+	int			i;
+
+	if (sqlite3_table_column_metadata(db, "main", "fence_guards", "id",
+									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
+		rc = SQLITE_DONE;
+	else
+	{
+		rc = sqlite3_prepare_v2(db,
+								"SELECT g.resource, g.keyed, g.uniques, s.tbl_name "
+								"FROM main.fence_guards AS g "
+								"JOIN main.sqlite_schema AS s ON s.type = 'trigger' "
+								"AND s.name = 'fence:' || g.id || ':delete' WHERE g.id = ?1",
+								-1, &stmt, NULL);
+		if (rc == SQLITE_OK)
+		{
+			sqlite3_bind_int64(stmt, 1, id);
+			rc = sqlite3_step(stmt);
+		}
+	}
+	if (rc == SQLITE_DONE)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: guard %lld is not recorded in this "
+							   "connection's main database; a protected table can be "
+							   "written only through a connection that opens its file as "
+							   "main (not through ATTACH), where its fence_tokens are",
+							   (long long) id));
+	else if (rc != SQLITE_ROW)
+		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read main.fence_guards: %s",
+										(long long) id, sqlite3_errmsg(db)));
+	else if (sqlite3_column_int(stmt, 1) != bKeyed ||
+			 sqlite3_column_bytes(stmt, 0) != nRes ||
+			 memcmp(sqlite3_column_text(stmt, 0), zRes, (size_t) nRes) != 0)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: guard %lld of table \"%s\" was recorded "
+							   "for %s \"%s\", not for the one this call names; run "
+							   "fence_protect again", (long long) id,
+							   (const char *) sqlite3_column_text(stmt, 3),
+							   bKeyed ? "resource prefix" : "resource",
+							   (const char *) sqlite3_column_text(stmt, 0)));
+	else if (strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0)
+		ok = 1;					/* one resource: a replaced row is under it too */
+	else if ((zNow = fenceUniqueSignature(db, (const char *) sqlite3_column_text(stmt, 3))) == NULL)
+		sqlite3_result_error_nomem(ctx);
+	else if (strcmp(zNow, (const char *) sqlite3_column_text(stmt, 2)) != 0)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" changed "
+							   "since fence_protect (then: %s; now: %s), and a REPLACE "
+							   "through an index the guard does not know would delete rows "
+							   "unchecked; run fence_protect again",
+							   (const char *) sqlite3_column_text(stmt, 3),
+							   sqlite3_column_text(stmt, 2)[0] ?
+							   (const char *) sqlite3_column_text(stmt, 2) : "none",
+							   zNow[0] ? zNow : "none"));
+	else
+		ok = 1;
+	sqlite3_free(zNow);
+	sqlite3_finalize(stmt);
+	if (!ok)
+		return 0;
+
+	/* a copy of this file attached beside it carries the same id */
+	for (i = 2; sqlite3_db_name(db, i) != NULL; i++)
+	{
+		int			bHolds;
+
+		rc = attachedHoldsId(conn, sqlite3_db_name(db, i), id, &bHolds);
+		if (rc != SQLITE_OK)
+		{
+			refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read \"%s\".fence_guards: %s",
+											(long long) id, sqlite3_db_name(db, i),
+											sqlite3_errmsg(db)));
+			return 0;
+		}
+		if (bHolds)
+		{
+			refuse(ctx, FENCE_RC_INVALID,
+				   sqlite3_mprintf("fence guard refused: guard %lld is recorded both in main "
+								   "and in attached database \"%s\" (a copy of the same file?), "
+								   "so the table being written may be the attached one; detach "
+								   "it to write", (long long) id, sqlite3_db_name(db, i)));
+			return 0;
+		}
+	}
+	if (!conn->bForeignChecked && !checkForeignCallers(ctx, conn))
+		return 0;
+
+	if (conn->nGuard == conn->nGuardAlloc)
+	{
+		int			nAlloc = conn->nGuardAlloc ? conn->nGuardAlloc * 2 : 8;
+		FenceGuardSeen *a = sqlite3_realloc64(conn->aGuard,
+											  sizeof(*a) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+		{
+			sqlite3_result_error_nomem(ctx);
+			return 0;
+		}
+		conn->aGuard = a;
+		conn->nGuardAlloc = nAlloc;
+	}
+	conn->aGuard[conn->nGuard].zResource = sqlite3_mprintf("%.*s", nRes, zRes);
+	if (conn->aGuard[conn->nGuard].zResource == NULL)
+	{
+		sqlite3_result_error_nomem(ctx);
+		return 0;
+	}
+	conn->aGuard[conn->nGuard].id = id;
+	conn->aGuard[conn->nGuard].nResource = nRes;
+	conn->aGuard[conn->nGuard].bKeyed = bKeyed;
+	conn->nGuard++;
+	return 1;
+}
+
+/*
+ * With journal_mode=OFF a refused statement's earlier rows would stay. The
+ * journal file being open means a journalling mode (or WAL) is in force and
+ * this transaction has written a page; then the mode can no longer change
+ * until it ends. Otherwise ask.
+ */
+static int
+journalWorks(sqlite3_context *ctx, FenceConn *conn)
+{
+	sqlite3_file *pJournal = NULL;
+	const unsigned char *zMode;
+	int			rc;
+
+	if (sqlite3_file_control(conn->db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
+							 &pJournal) == SQLITE_OK &&
+		pJournal != NULL && pJournal->pMethods != NULL)
+		return 1;
+	if (conn->pJournalMode == NULL)
+	{
+		rc = fenceHeldConnect(conn);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_prepare_v3(conn->db, journalModeSql, -1, SQLITE_PREPARE_PERSISTENT,
+									&conn->pJournalMode, NULL);
+		if (rc != SQLITE_OK)
+		{
+			refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",
+											sqlite3_errmsg(conn->db)));
+			return 0;
+		}
+	}
+	rc = sqlite3_step(conn->pJournalMode);
+	zMode = rc == SQLITE_ROW ? sqlite3_column_text(conn->pJournalMode, 0) : NULL;
+	if (rc == SQLITE_ROW && zMode != NULL && sqlite3_stricmp((const char *) zMode, "off") != 0)
+	{
+		sqlite3_reset(conn->pJournalMode);
+		return 1;
+	}
+	if (rc == SQLITE_ROW && zMode != NULL)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: PRAGMA journal_mode is OFF on main, so "
+							   "SQLite could not undo a refused statement's earlier rows; a "
+							   "protected table is written only with a journal (DELETE, "
+							   "TRUNCATE, PERSIST, MEMORY or WAL)"));
+	else
+		refuse(ctx, rc == SQLITE_ROW ? SQLITE_NOMEM : rc,
+			   sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",
+							   sqlite3_errmsg(conn->db)));
+	sqlite3_reset(conn->pJournalMode);
+	return 0;
+}
+
+/*
+ * The checks every guard call makes before looking at tokens: the id
+ * argument is a guard fence_protect recorded in main for this resource (or
+ * prefix), and a refusal can be undone. Returns 1, or 0 with an error set.
+ */
+int
+fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
+				const char *zRes, int nRes, int bKeyed)
+{
+	sqlite3_int64 id;
+	int			rc;
+	int			i;
+
+	if (sqlite3_value_type(idArg) != SQLITE_INTEGER)
+	{
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the trigger passed no guard id; it was "
+							   "made by an older fence_protect or by hand; run fence_protect "
+							   "on the table again"));
+		return 0;
+	}
+	if (!journalWorks(ctx, conn))
+		return 0;
+	id = sqlite3_value_int64(idArg);
+	rc = revalidate(conn);
+	if (rc != SQLITE_OK)
+	{
+		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema version: %s",
+										sqlite3_errmsg(conn->db)));
+		return 0;
+	}
+	for (i = 0; i < conn->nGuard; i++)
+	{
+		FenceGuardSeen *g = &conn->aGuard[i];
+
+		if (g->id == id && g->bKeyed == bKeyed && g->nResource == nRes &&
+			memcmp(g->zResource, zRes, (size_t) nRes) == 0)
+			return 1;
+	}
+	return admitNew(ctx, conn, id, zRes, nRes, bKeyed);
+}
+
+/* A transaction ended: check the schema generation again at the next one. */
+void
+fenceGuardTxnEnded(FenceConn *conn)
+{
+	conn->bGuardTxnChecked = 0;
+}

@@ -1,0 +1,545 @@
+#!/usr/bin/python3
+"""tests/sqlite_attacks_guard.py: every way around a protected table's guard we could think of.
+
+Issue 11's bypass classes, tried as an attacker (or a careless user) would
+with the extension loaded as the README says, each asserted on what
+*committed*: the protected table's rows and fence_tokens are read back from
+a fresh connection after the attempt, and must be exactly what they were
+(or what the legitimate part of the attempt wrote). An error alone is never
+enough.
+
+Tried: ATTACH (a :memory: connection, a copy of the file, the same file
+under two names), journal_mode OFF/MEMORY/WAL/DELETE/TRUNCATE/PERSIST (and
+OFF switched on mid-transaction, and under locking_mode=EXCLUSIVE),
+synchronous=OFF, every form of REPLACE with recursive_triggers off and on
+(INSERT OR REPLACE, REPLACE, UPDATE OR REPLACE, ON CONFLICT REPLACE
+columns, through the rowid, through a UNIQUE index made after
+fence_protect, through a NOCASE index on a BINARY key), upserts, key
+collation, ALTER TABLE RENAME (with legacy_alter_table on and off), token
+column affinity (and a later writable_schema change of it), planted views
+and triggers calling the guard functions (in main, TEMP and an attached
+file), incremental BLOB I/O, WITHOUT ROWID tables, generated key columns,
+foreign-key cascades (ON DELETE CASCADE, SET NULL), the application's own
+triggers writing protected tables, and INSTEAD OF triggers on views.
+
+Usage: /usr/bin/python3 tests/sqlite_attacks_guard.py
+Prints "ok - ..." / "not ok - ..." per assertion; exits 1 on a failure.
+"""
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTENSION = os.environ.get("FENCE_EXTENSION", os.path.join(ROOT, "sqlite_ext", "fence"))
+failures = 0
+work = tempfile.mkdtemp(prefix="fence_attacks_")
+
+
+def ok(cond, what, detail=""):
+    global failures
+    print(("ok - " if cond else "not ok - ") + "sqlite attacks guard: " + what)
+    if not cond:
+        failures += 1
+        if detail:
+            print("#   " + str(detail).replace("\n", "\n#   "))
+
+
+def connect(path, load=True):
+    conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+    if load:
+        conn.enable_load_extension(True)
+        conn.load_extension(EXTENSION)
+    return conn
+
+
+def attempt(conn, sql, params=()):
+    """Run sql; return the error text, or None when it succeeded."""
+    try:
+        conn.execute(sql, params).fetchall()
+        return None
+    except sqlite3.Error as e:
+        return str(e)
+
+
+def script(conn, sqls):
+    """Run statements in order, stopping at the first error (returned)."""
+    for sql in sqls:
+        err = attempt(conn, sql)
+        if err is not None:
+            return err
+    return None
+
+
+def committed(path, table):
+    """The table and fence_tokens as a fresh connection without fence sees them."""
+    c = connect(path, load=False)
+    rows = c.execute("SELECT * FROM %s ORDER BY 1" % table).fetchall()
+    tokens = c.execute("SELECT resource, token FROM fence_tokens ORDER BY 1").fetchall()
+    c.close()
+    return rows, tokens
+
+
+counter = [0]
+
+
+def fresh_db():
+    """app.db: acct keyed on k (a unique u besides), acct:a at 9, acct:b at 5."""
+    counter[0] += 1
+    path = os.path.join(work, "app%d.db" % counter[0])
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE acct(k TEXT PRIMARY KEY, u TEXT UNIQUE, v INTEGER, tok INTEGER);
+        SELECT fence_protect('acct', 'tok', 'acct:', 'k');
+        INSERT INTO acct VALUES ('a', 'ua', 1, 5), ('b', 'ub', 1, 5);
+        SELECT fence_check('acct:a', 9);
+        CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+        SELECT fence_protect('single', 'tok', 'single');
+        INSERT INTO single VALUES (1, 1, 7), (2, 1, 7);
+    """)
+    c.close()
+    return path
+
+
+def guard_id(path, table):
+    c = connect(path, load=False)
+    try:
+        row = c.execute("SELECT g.id FROM fence_guards g JOIN sqlite_schema s "
+                        "ON s.name = 'fence:' || g.id || ':delete' WHERE s.tbl_name = ?",
+                        (table,)).fetchone()
+    except sqlite3.Error:
+        row = None
+    c.close()
+    return row[0] if row else None
+
+
+def unchanged(path, table, before, what, err):
+    after = committed(path, table)
+    ok(err is not None and after == before, what,
+       "error: %r\nbefore: %r\nafter:  %r" % (err, before, after))
+
+
+# ---------------------------------------------------------------------
+# 1. ATTACH: a protected table is judged in its own file, or not written
+# ---------------------------------------------------------------------
+def attach_attacks():
+    path = fresh_db()
+    before = committed(path, "acct")
+    mem = connect(":memory:")
+    mem.execute("ATTACH ? AS app", (path,))
+    unchanged(path, "acct", before, "ATTACH from :memory:: stale UPDATE refused",
+              attempt(mem, "UPDATE app.acct SET v = 99, tok = 4 WHERE k = 'a'"))
+    unchanged(path, "acct", before, "ATTACH from :memory:: stale INSERT refused",
+              attempt(mem, "INSERT INTO app.acct VALUES ('z', 'uz', 1, 1)") or
+              attempt(mem, "UPDATE app.acct SET tok = 2 WHERE k = 'b'"))
+    unchanged(path, "acct", before, "ATTACH from :memory:: unfenced UPDATE refused",
+              attempt(mem, "UPDATE app.acct SET v = 98 WHERE k = 'b'"))
+    # the connection's own main holds a low fence on the same name
+    err = script(mem, ["BEGIN", "SELECT fence_check('acct:a', 1)",
+                       "UPDATE app.acct SET v = 97 WHERE k = 'a'", "COMMIT"])
+    attempt(mem, "ROLLBACK")
+    unchanged(path, "acct", before,
+              "ATTACH from :memory:: a fence in the connection's main does not pass", err)
+    mem.close()
+
+    # a copy of the file as main (its fence lowered), the real file attached
+    copy = path + ".copy"
+    shutil.copy(path, copy)
+    c = connect(copy)
+    c.execute("SELECT fence_reset('acct:a')")
+    c.execute("ATTACH ? AS app", (path,))
+    unchanged(path, "acct", before, "a copy as main, the real file attached: stale write refused",
+              attempt(c, "UPDATE app.acct SET v = 96, tok = 2 WHERE k = 'a'"))
+    c.close()
+
+    # the same file under a second schema name
+    c = connect(path)
+    c.execute("ATTACH ? AS twin", (path,))
+    unchanged(path, "acct", before, "the file attached to itself: writes through it refused",
+              attempt(c, "UPDATE twin.acct SET v = 95, tok = 9 WHERE k = 'a'"))
+    c.execute("DETACH twin")
+    ok(attempt(c, "UPDATE acct SET v = 94, tok = 9 WHERE k = 'a'") is None and
+       committed(path, "acct")[0][0] == ("a", "ua", 94, 9),
+       "after DETACH the table is written through main as before")
+    c.close()
+
+
+# ---------------------------------------------------------------------
+# 2. journal modes: no mode lets a refused write stay
+# ---------------------------------------------------------------------
+def journal_attacks():
+    for mode in ("OFF", "MEMORY", "WAL", "DELETE", "TRUNCATE", "PERSIST"):
+        for sync in ("FULL", "OFF"):
+            path = fresh_db()
+            before = committed(path, "acct")
+            c = connect(path)
+            c.execute("PRAGMA journal_mode = %s" % mode)
+            c.execute("PRAGMA synchronous = %s" % sync)
+            # b is fenced, a is not: the multi-row UPDATE must leave both
+            err = script(c, ["BEGIN", "SELECT fence_check('acct:b', 5)",
+                             "UPDATE acct SET v = v + 10", "COMMIT"])
+            attempt(c, "COMMIT")
+            unchanged(path, "acct", before,
+                      "journal_mode=%s synchronous=%s: unfenced multi-row UPDATE leaves nothing"
+                      % (mode, sync), err)
+            err = script(c, ["BEGIN", "SELECT fence_check('acct:b', 5)",
+                             "INSERT OR REPLACE INTO acct VALUES ('b', 'ub', 50, 5), ('c', 'ua', 50, 6)",
+                             "COMMIT"])
+            attempt(c, "COMMIT")
+            unchanged(path, "acct", before,
+                      "journal_mode=%s synchronous=%s: stale INSERT OR REPLACE leaves nothing"
+                      % (mode, sync), err)
+            c.close()
+
+    # OFF switched on inside a transaction that has not written a page yet
+    path = fresh_db()
+    before = committed(path, "acct")
+    c = connect(path)
+    err = script(c, ["BEGIN", "SELECT fence_check('acct:b', 5)", "PRAGMA journal_mode = OFF",
+                     "UPDATE acct SET v = v + 10", "COMMIT"])
+    attempt(c, "COMMIT")
+    unchanged(path, "acct", before, "journal_mode=OFF set mid-transaction: refused", err)
+    c.close()
+
+    # locking_mode=EXCLUSIVE keeps a PERSIST journal file open into OFF
+    path = fresh_db()
+    before = committed(path, "acct")
+    c = connect(path)
+    c.execute("PRAGMA locking_mode = EXCLUSIVE")
+    c.execute("PRAGMA journal_mode = PERSIST")
+    script(c, ["BEGIN", "SELECT fence_check('single', 7)", "UPDATE single SET v = v", "COMMIT"])
+    c.execute("PRAGMA journal_mode = OFF")
+    err = script(c, ["BEGIN", "SELECT fence_check('acct:b', 5)", "UPDATE acct SET v = v + 10",
+                     "COMMIT"])
+    attempt(c, "COMMIT")
+    c.close()
+    unchanged(path, "acct", before, "EXCLUSIVE, PERSIST then OFF: refused", err)
+
+
+# ---------------------------------------------------------------------
+# 3. REPLACE in every form, recursive_triggers off and on
+# ---------------------------------------------------------------------
+def replace_attacks():
+    for rt in ("OFF", "ON"):
+        cases = [
+            ("INSERT OR REPLACE through a UNIQUE column",
+             ["INSERT OR REPLACE INTO acct VALUES ('c', 'ua', 0, 6)"]),
+            ("REPLACE through a UNIQUE column",
+             ["REPLACE INTO acct VALUES ('c', 'ua', 0, 6)"]),
+            ("INSERT OR REPLACE through the rowid",
+             ["INSERT OR REPLACE INTO acct(rowid, k, u, v, tok) "
+              "SELECT rowid, 'd', 'ud', 0, 6 FROM acct WHERE k = 'a'"]),
+            ("UPDATE OR REPLACE onto another row's UNIQUE value",
+             ["BEGIN", "SELECT fence_check('acct:b', 5)",
+              "UPDATE OR REPLACE acct SET u = 'ua' WHERE k = 'b'", "COMMIT"]),
+            ("UPDATE OR REPLACE with a token onto another row's UNIQUE value",
+             ["UPDATE OR REPLACE acct SET u = 'ua', tok = 6 WHERE k = 'b'"]),
+            ("UPDATE OR REPLACE onto another row's rowid",
+             ["BEGIN", "SELECT fence_check('acct:b', 5)",
+              "UPDATE OR REPLACE acct SET rowid = (SELECT rowid FROM acct WHERE k = 'a') "
+              "WHERE k = 'b'", "COMMIT"]),
+            ("upsert: the proposed row is checked as an INSERT",
+             ["INSERT INTO acct VALUES ('a', 'ua', 0, 6) ON CONFLICT(k) DO UPDATE SET v = 0"]),
+            ("upsert: the existing row is checked as an UPDATE",
+             ["INSERT INTO acct VALUES ('b', 'ub', 0, 5) ON CONFLICT(k) DO UPDATE SET v = 0, k = 'a'"]),
+        ]
+        for what, sqls in cases:
+            path = fresh_db()
+            before = committed(path, "acct")
+            c = connect(path)
+            c.execute("PRAGMA recursive_triggers = %s" % rt)
+            err = script(c, sqls)
+            attempt(c, "ROLLBACK")
+            unchanged(path, "acct", before, "%s (recursive_triggers=%s) refused" % (what, rt), err)
+            c.close()
+
+        # a column declared ON CONFLICT REPLACE
+        path = os.path.join(work, "oc%s.db" % rt)
+        c = connect(path)
+        c.execute("PRAGMA recursive_triggers = %s" % rt)
+        c.executescript("""
+            CREATE TABLE oc(k TEXT PRIMARY KEY, u TEXT UNIQUE ON CONFLICT REPLACE, tok INTEGER);
+            SELECT fence_protect('oc', 'tok', 'oc:', 'k');
+            INSERT INTO oc VALUES ('a', 'x', 5);
+            SELECT fence_check('oc:a', 9);
+        """)
+        before = committed(path, "oc")
+        unchanged(path, "oc", before,
+                  "a column declared ON CONFLICT REPLACE: a plain INSERT's replace is checked "
+                  "(recursive_triggers=%s)" % rt,
+                  attempt(c, "INSERT INTO oc VALUES ('b', 'x', 6)"))
+        c.close()
+
+    # a UNIQUE index made after fence_protect
+    path = fresh_db()
+    c = connect(path)
+    c.execute("CREATE UNIQUE INDEX acct_v ON acct(v, u)")
+    before = committed(path, "acct")
+    err = attempt(c, "INSERT OR REPLACE INTO acct VALUES ('e', 'ua', 1, 6)")
+    unchanged(path, "acct", before, "a UNIQUE index added after fence_protect: writes refused", err)
+    ok(err is not None and "fence_protect again" in err, "... with a message that says what to do", err)
+    c.execute("SELECT fence_protect('acct', 'tok', 'acct:', 'k')")
+    unchanged(path, "acct", before, "... and after protecting again, REPLACE through it is checked",
+              attempt(c, "INSERT OR REPLACE INTO acct VALUES ('e', 'ua', 1, 6)"))
+    ok(attempt(c, "INSERT INTO acct VALUES ('e', 'ue', 3, 6)") is None,
+       "... while an ordinary INSERT still passes")
+    c.close()
+
+
+# ---------------------------------------------------------------------
+# 4. key collation
+# ---------------------------------------------------------------------
+def collation_attacks():
+    path = os.path.join(work, "coll.db")
+    c = connect(path)
+    for coll in ("NOCASE", "RTRIM"):
+        c.execute("CREATE TABLE nc_%s(k TEXT PRIMARY KEY COLLATE %s, tok INTEGER)" % (coll, coll))
+        err = attempt(c, "SELECT fence_protect('nc_%s', 'tok', 'nc:', 'k')" % coll)
+        n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' "
+                      "AND tbl_name = 'nc_%s'" % coll).fetchone()[0]
+        ok(err is not None and coll.lower() in err.lower() and n == 0,
+           "a %s key column is refused at protect time, table left unguarded" % coll, err)
+    # a BINARY key with a NOCASE UNIQUE index on it: REPLACE through the index
+    c.executescript("""
+        CREATE TABLE ci(k TEXT PRIMARY KEY, tok INTEGER);
+        CREATE UNIQUE INDEX ci_nocase ON ci(k COLLATE NOCASE);
+        SELECT fence_protect('ci', 'tok', 'ci:', 'k');
+        INSERT INTO ci VALUES ('Alice', 5);
+        SELECT fence_check('ci:Alice', 9);
+    """)
+    before = committed(path, "ci")
+    unchanged(path, "ci", before, "INSERT OR REPLACE of 'alice' over 'Alice' (NOCASE index) is checked",
+              attempt(c, "INSERT OR REPLACE INTO ci VALUES ('alice', 6)"))
+    c.close()
+
+
+# ---------------------------------------------------------------------
+# 5. rename
+# ---------------------------------------------------------------------
+def rename_attacks():
+    for legacy in ("OFF", "ON"):
+        path = os.path.join(work, "ren%s.db" % legacy)
+        c = connect(path)
+        c.execute("PRAGMA legacy_alter_table = %s" % legacy)
+        c.executescript("""
+            CREATE TABLE ledger(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+            SELECT fence_protect('ledger', 'tok', 'ledger');
+            INSERT INTO ledger VALUES (1, 1, 5);
+            SELECT fence_check('ledger', 9);
+            ALTER TABLE ledger RENAME TO ledger_2023;
+            CREATE TABLE ledger(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+            SELECT fence_protect('ledger', 'tok', 'ledger-new');
+        """)
+        before = committed(path, "ledger_2023")
+        unchanged(path, "ledger_2023", before,
+                  "renamed table keeps its guard after a new table takes its old name "
+                  "(legacy_alter_table=%s)" % legacy,
+                  attempt(c, "UPDATE ledger_2023 SET v = 2, tok = 6"))
+        c.execute("SELECT fence_unprotect('ledger_2023')")
+        left = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' "
+                         "AND tbl_name = 'ledger_2023'").fetchone()[0]
+        others = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' "
+                           "AND tbl_name = 'ledger'").fetchone()[0]
+        ok(left == 0 and others == 4,
+           "fence_unprotect of the renamed table removes its guard only (legacy_alter_table=%s)"
+           % legacy, (left, others))
+        ok(attempt(c, "INSERT INTO ledger VALUES (1, 1, 1)") is None and
+           attempt(c, "UPDATE ledger SET tok = 0") is not None,
+           "the new table of the old name keeps its own guard")
+        c.close()
+
+
+# ---------------------------------------------------------------------
+# 6. token column affinity
+# ---------------------------------------------------------------------
+def affinity_attacks():
+    path = os.path.join(work, "aff.db")
+    c = connect(path)
+    for i, decl in enumerate(("TEXT", "VARCHAR(20)", "REAL", "FLOAT", "DOUBLE", "CLOB")):
+        c.execute("CREATE TABLE bad%d(id INTEGER PRIMARY KEY, tok %s)" % (i, decl))
+        err = attempt(c, "SELECT fence_protect('bad%d', 'tok', 'r')" % i)
+        n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' "
+                      "AND tbl_name = 'bad%d'" % i).fetchone()[0]
+        ok(err is not None and "affinity" in err and n == 0,
+           "token column %s refused at protect time, table unguarded" % decl, err)
+    for i, decl in enumerate(("INTEGER", "BIGINT", "NUMERIC", "", "BLOB")):
+        c.execute("CREATE TABLE good%d(id INTEGER PRIMARY KEY, tok %s)" % (i, decl))
+        ok(attempt(c, "SELECT fence_protect('good%d', 'tok', 'r')" % i) is None,
+           "token column %r accepted" % decl)
+    # a later writable_schema change makes the column TEXT: tokens arrive as
+    # text and are refused, never read as some other number
+    c.executescript("""
+        CREATE TABLE later(id INTEGER PRIMARY KEY, tok INTEGER);
+        SELECT fence_protect('later', 'tok', 'later');
+        INSERT INTO later VALUES (1, 5);
+        PRAGMA writable_schema = ON;
+        UPDATE sqlite_schema SET sql = replace(sql, 'tok INTEGER', 'tok TEXT') WHERE name = 'later';
+        PRAGMA writable_schema = OFF;
+    """)
+    c.close()
+    c = connect(path)
+    before = committed(path, "later")
+    unchanged(path, "later", before, "token column changed to TEXT later: writes refused",
+              attempt(c, "INSERT INTO later VALUES (2, 6)"))
+    c.close()
+
+
+# ---------------------------------------------------------------------
+# 7. planted views and triggers calling the guard functions
+# ---------------------------------------------------------------------
+def planted_attacks():
+    path = fresh_db()
+    gid = guard_id(path, "acct")
+    args = ("%d, " % gid) if gid is not None else ""
+    call = "fence_guard_write(%s'acct:', 'a', 9223372036854775807)" % args
+    before = committed(path, "acct")
+
+    evil = os.path.join(work, "evil.db")
+    e = connect(evil, load=False)
+    e.execute("CREATE VIEW planted AS SELECT %s AS x" % call)
+    e.execute("CREATE TABLE bait(x)")
+    e.execute("CREATE TRIGGER planted_trg AFTER INSERT ON bait BEGIN SELECT %s; END" % call)
+    e.close()
+    c = connect(path)
+    c.execute("ATTACH ? AS evil", (evil,))
+    err = attempt(c, "SELECT * FROM evil.planted")
+    unchanged(path, "acct", before, "a view planted in an attached file cannot move a fence", err)
+    err = attempt(c, "INSERT INTO evil.bait VALUES (1)")
+    unchanged(path, "acct", before, "a trigger planted in an attached file cannot move a fence", err)
+    c.execute("DETACH evil")
+    # the id computed at run time, from a TEMP view and a view in main
+    dyn = ("fence_guard_write((SELECT min(id) FROM fence_guards), 'acct:', 'a', 9223372036854775807)"
+           if gid is not None else call)
+    c.execute("CREATE TEMP VIEW tplanted AS SELECT %s AS x" % dyn)
+    unchanged(path, "acct", before, "a TEMP view cannot move a fence",
+              attempt(c, "SELECT * FROM tplanted"))
+    c.execute("DROP VIEW tplanted")
+    c.execute("CREATE VIEW mplanted AS SELECT %s AS x" % dyn)
+    unchanged(path, "acct", before, "a view in main cannot move a fence",
+              attempt(c, "SELECT * FROM mplanted"))
+    err = attempt(c, "INSERT INTO acct VALUES ('f', 'uf', 1, 10)")
+    unchanged(path, "acct", before,
+              "while such a view exists, protected writes fail closed", err)
+    c.execute("DROP VIEW mplanted")
+    ok(attempt(c, "INSERT INTO acct VALUES ('f', 'uf', 1, 10)") is None,
+       "after it is dropped they pass again")
+    c.close()
+
+
+# ---------------------------------------------------------------------
+# 8. incremental BLOB I/O fires no trigger: what holds, exactly
+# ---------------------------------------------------------------------
+def blob_attacks():
+    path = os.path.join(work, "blob.db")
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE doc(k TEXT PRIMARY KEY, body BLOB, note TEXT, tok INTEGER);
+        SELECT fence_protect('doc', 'tok', 'doc:', 'k');
+        INSERT INTO doc VALUES ('a', x'00000000', 'abcd', 5);
+    """)
+    c.close()
+    plain = connect(path, load=False)
+    rowid = plain.execute("SELECT rowid FROM doc").fetchone()[0]
+
+    def blob_write(col):
+        try:
+            with plain.blobopen("doc", col, rowid) as b:
+                b.write(b"\xff" * 4)
+            return None
+        except sqlite3.Error as e:
+            return str(e)
+
+    ok(blob_write("tok") is not None, "BLOB I/O cannot open the token column (an integer)")
+    ok(blob_write("k") is not None, "BLOB I/O cannot write the key column (it is indexed)")
+    err = blob_write("body")
+    ok(err is None and plain.execute("SELECT hex(body) FROM doc").fetchone()[0] == "FFFFFFFF",
+       "documented limit: BLOB I/O rewrites the bytes of an unindexed TEXT/BLOB column "
+       "of a protected row, unfenced (SQLite fires no trigger)", err)
+    plain.close()
+
+
+# ---------------------------------------------------------------------
+# 9. more shapes: WITHOUT ROWID, generated keys, FK actions, app triggers,
+#    INSTEAD OF views
+# ---------------------------------------------------------------------
+def shape_attacks():
+    path = os.path.join(work, "shapes.db")
+    c = connect(path)
+    c.executescript("""
+        PRAGMA foreign_keys = ON;
+        CREATE TABLE wr(k TEXT PRIMARY KEY, u TEXT UNIQUE, tok INTEGER) WITHOUT ROWID;
+        SELECT fence_protect('wr', 'tok', 'wr:', 'k');
+        INSERT INTO wr VALUES ('a', 'x', 5);
+        SELECT fence_check('wr:a', 9);
+        CREATE TABLE gen(id INTEGER PRIMARY KEY, k TEXT GENERATED ALWAYS AS ('g' || id) STORED,
+                         v INTEGER, tok INTEGER);
+        SELECT fence_protect('gen', 'tok', 'gen:', 'k');
+        INSERT INTO gen(id, v, tok) VALUES (1, 1, 5);
+        SELECT fence_check('gen:g1', 9);
+        CREATE TABLE parent(id INTEGER PRIMARY KEY);
+        CREATE TABLE child(id INTEGER PRIMARY KEY, pid INTEGER REFERENCES parent ON DELETE CASCADE,
+                           qid INTEGER REFERENCES parent ON DELETE SET NULL, tok INTEGER);
+        SELECT fence_protect('child', 'tok', 'child');
+        INSERT INTO parent VALUES (1), (2);
+        INSERT INTO child VALUES (1, 1, 2, 5);
+        CREATE TABLE other(x);
+        CREATE TRIGGER app_writes AFTER INSERT ON other BEGIN UPDATE child SET tok = tok; END;
+        CREATE TRIGGER app_writes2 AFTER INSERT ON other BEGIN DELETE FROM child; END;
+        CREATE VIEW child_view AS SELECT * FROM child;
+        CREATE TRIGGER child_view_upd INSTEAD OF UPDATE ON child_view
+          BEGIN UPDATE child SET qid = NEW.qid WHERE id = OLD.id; END;
+        CREATE TRIGGER child_view_del INSTEAD OF DELETE ON child_view
+          BEGIN DELETE FROM child WHERE id = OLD.id; END;
+    """)
+    before = committed(path, "wr")
+    unchanged(path, "wr", before, "WITHOUT ROWID: stale REPLACE through a UNIQUE column refused",
+              attempt(c, "INSERT OR REPLACE INTO wr VALUES ('b', 'x', 6)"))
+    c.execute("INSERT INTO wr VALUES ('c', 'y', 1)")
+    before = committed(path, "wr")
+    unchanged(path, "wr", before, "WITHOUT ROWID: UPDATE OR REPLACE refused unfenced",
+              script(c, ["BEGIN", "SELECT fence_check('wr:c', 1)",
+                         "UPDATE OR REPLACE wr SET u = 'x' WHERE k = 'c'"]))
+    attempt(c, "ROLLBACK")
+    unchanged(path, "wr", before, "WITHOUT ROWID: UPDATE OR REPLACE with a stale token refused",
+              attempt(c, "UPDATE OR REPLACE wr SET u = 'x', tok = 6 WHERE k = 'c'"))
+    before = committed(path, "gen")
+    unchanged(path, "gen", before, "generated key column: stale write refused",
+              attempt(c, "UPDATE gen SET v = 2, tok = 6 WHERE id = 1"))
+    before = committed(path, "child")
+    for rt in ("OFF", "ON"):
+        c.execute("PRAGMA recursive_triggers = %s" % rt)
+        unchanged(path, "child", before, "FK ON DELETE CASCADE into a protected table refused "
+                  "(recursive_triggers=%s)" % rt, attempt(c, "DELETE FROM parent WHERE id = 1"))
+        unchanged(path, "child", before, "FK ON DELETE SET NULL into a protected table refused "
+                  "(recursive_triggers=%s)" % rt, attempt(c, "DELETE FROM parent WHERE id = 2"))
+        unchanged(path, "child", before, "the application's own trigger writing a protected table "
+                  "is guarded (recursive_triggers=%s)" % rt, attempt(c, "INSERT INTO other VALUES (1)"))
+        unchanged(path, "child", before, "INSTEAD OF UPDATE on a view is guarded "
+                  "(recursive_triggers=%s)" % rt, attempt(c, "UPDATE child_view SET qid = NULL"))
+        unchanged(path, "child", before, "INSTEAD OF DELETE on a view is guarded "
+                  "(recursive_triggers=%s)" % rt, attempt(c, "DELETE FROM child_view"))
+    # writable_schema itself opens nothing
+    c.execute("PRAGMA writable_schema = ON")
+    unchanged(path, "child", before, "writable_schema=ON: an unfenced DELETE is still refused",
+              attempt(c, "DELETE FROM child"))
+    c.execute("PRAGMA writable_schema = OFF")
+    c.close()
+
+
+def main():
+    try:
+        for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
+                     rename_attacks, affinity_attacks, planted_attacks, blob_attacks,
+                     shape_attacks):
+            try:
+                part()
+            except Exception as e:  # a crash in one class must not hide the others
+                ok(False, "%s ran to the end" % part.__name__, repr(e))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
