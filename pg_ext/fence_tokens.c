@@ -58,6 +58,7 @@
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -214,6 +215,38 @@ resource_locktag(LOCKTAG *tag, const char *resource, size_t len)
 	return h;
 }
 
+/*
+ * The fence locks belong to the (sub)transaction that accepts the fence,
+ * never to whatever resource owner is current: inside a cursor FETCH that is
+ * the portal's, and a failed portal releases its locks at ROLLBACK TO while
+ * the held-fence log (tagged by subtransaction) keeps the fence; a fence
+ * accepted by a FETCH inside a savepoint would keep its lock after the
+ * savepoint is rolled back. CurTransactionResourceOwner is released exactly
+ * when the held-fence log is truncated (fence_xact.c), and handed to the
+ * parent when the subtransaction commits, so lock and fence end together.
+ * An error inside LockAcquire leaves CurrentResourceOwner to abort
+ * processing, which resets it.
+ */
+static void
+fence_lock(const LOCKTAG *tag, LOCKMODE mode)
+{
+	ResourceOwner saved = CurrentResourceOwner;
+
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	(void) LockAcquire(tag, mode, false, false);
+	CurrentResourceOwner = saved;
+}
+
+static void
+fence_unlock(const LOCKTAG *tag, LOCKMODE mode)
+{
+	ResourceOwner saved = CurrentResourceOwner;
+
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	LockRelease(tag, mode, false);
+	CurrentResourceOwner = saved;
+}
+
 /* The highest accepted token, or false when there is none. */
 bool
 fence_read_highest(const char *resource, size_t len, int64 *highest)
@@ -267,7 +300,7 @@ fence_accept(const char *resource, size_t len, int64 token)
 	 */
 	if (mode == ShareLock && fence_cache_enabled())
 	{
-		(void) LockAcquire(&tag, ShareLock, false, false);
+		fence_lock(&tag, ShareLock);
 		locked = true;
 		AcceptInvalidationMessages();
 		if (fence_cache_lookup(hash, resource, len, &highest) && highest == token)
@@ -281,7 +314,7 @@ fence_accept(const char *resource, size_t len, int64 token)
 	for (;;)
 	{
 		if (!locked)
-			(void) LockAcquire(&tag, mode, false, false);
+			fence_lock(&tag, mode);
 		locked = false;
 		found = read_row(rel, resource, len, &highest, &tid);
 		verdict = fence_decide(found, highest, token);
@@ -289,14 +322,14 @@ fence_accept(const char *resource, size_t len, int64 token)
 			verdict == FENCE_ACCEPT_EQUAL)
 			break;
 		/* the highest fell back (an advance rolled back, or a reset) */
-		LockRelease(&tag, mode, false);
+		fence_unlock(&tag, mode);
 		mode = ExclusiveLock;
 	}
 
 	if (verdict == FENCE_REJECT_STALE)
 	{
 		/* a rejected token holds nothing: fence_try false leaves no wait */
-		LockRelease(&tag, mode, false);
+		fence_unlock(&tag, mode);
 		outcome.stale = true;
 		outcome.highest = highest;
 	}
@@ -310,8 +343,8 @@ fence_accept(const char *resource, size_t len, int64 token)
 		else if (mode == ExclusiveLock)
 		{
 			/* someone else advanced to exactly our token: share it with them */
-			(void) LockAcquire(&tag, ShareLock, false, false);
-			LockRelease(&tag, ExclusiveLock, false);
+			fence_lock(&tag, ShareLock);
+			fence_unlock(&tag, ExclusiveLock);
 		}
 		else
 		{
@@ -335,7 +368,7 @@ fence_forget(const char *resource, size_t len)
 
 	PreventCommandIfReadOnly("fence_reset()");
 	resource_locktag(&tag, resource, len);
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	fence_lock(&tag, ExclusiveLock);
 	rel = open_tokens(RowExclusiveLock);
 	if (read_row(rel, resource, len, &highest, &tid))
 	{
