@@ -47,13 +47,35 @@ fence_check_token(int64_t token)
 }
 
 /*
+ * How many of the first len bytes of s fit in max bytes without splitting a
+ * UTF-8 character: a cut never lands before a continuation byte (10xxxxxx).
+ * A message cut inside a character is invalid UTF-8, which a client in
+ * another encoding cannot convert: it would get an encoding error (22021 in
+ * PostgreSQL) instead of the fence's own error. Both engines store text as
+ * UTF-8 here (SQLite's text API, a UTF8 PostgreSQL database); in a
+ * single-byte encoding this only shortens the cut by a few bytes.
+ */
+static size_t
+clip_utf8(const char *s, size_t len, size_t max)
+{
+	size_t		n;
+
+	if (len <= max)
+		return len;
+	n = max;
+	while (n > 0 && ((unsigned char) s[n] & 0xC0) == 0x80)
+		n--;
+	return n;
+}
+
+/*
  * Write the resource, quoted and made printable, into out (which has room
  * for SHOWN_RESOURCE_MAX + 6 bytes).
  */
 static const char *
 shown_resource(char *out, const char *res, size_t len)
 {
-	size_t		n = len > SHOWN_RESOURCE_MAX ? SHOWN_RESOURCE_MAX : len;
+	size_t		n = clip_utf8(res, len, SHOWN_RESOURCE_MAX);
 	size_t		i;
 	char	   *p = out;
 
@@ -123,8 +145,8 @@ fence_detail_missing(char *buf, FenceMissing why, const char *res, size_t len,
 	if (why == FENCE_MISSING_NULL_TOKEN)
 	{
 		if (column)
-			snprintf(buf, FENCE_MSG_MAX, "The token column \"%.100s\" of the row is NULL.",
-					 column);
+			snprintf(buf, FENCE_MSG_MAX, "The token column \"%.*s\" of the row is NULL.",
+					 (int) clip_utf8(column, strlen(column), 100), column);
 		else
 			snprintf(buf, FENCE_MSG_MAX, "The token column of the row is NULL.");
 	}

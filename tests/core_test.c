@@ -31,6 +31,63 @@ testRealloc(void *p, size_t n)
 
 static const FenceAllocator testAllocator = {malloc, testRealloc, free};
 
+/* Is s valid UTF-8 (no truncated or stray continuation bytes)? */
+static int
+validUtf8(const char *s)
+{
+	const unsigned char *p = (const unsigned char *) s;
+
+	while (*p)
+	{
+		int			n = *p < 0x80 ? 0 : (*p & 0xE0) == 0xC0 ? 1 : (*p & 0xF0) == 0xE0 ? 2 :
+			(*p & 0xF8) == 0xF0 ? 3 : -1;
+
+		if (n < 0)
+			return 0;
+		for (p++; n > 0; n--, p++)
+			if ((*p & 0xC0) != 0x80)
+				return 0;
+	}
+	return 1;
+}
+
+/*
+ * A message that shortens a long resource never cuts a character in two:
+ * every offset of a 2-, 3- and 4-byte character around the cut.
+ */
+static void
+testUtf8Cut(void)
+{
+	static const char *const chars[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x94\x92"};
+	char		res[400];
+	char		buf[FENCE_MSG_MAX];
+	char		column[160];
+	int			ok = 1;
+
+	for (int c = 0; c < 3; c++)
+		for (int pad = 190; pad <= 202; pad++)
+		{
+			size_t		len;
+
+			memset(res, 'a', (size_t) pad);
+			len = (size_t) pad;
+			for (int k = 0; k < 20; k++)
+			{
+				memcpy(res + len, chars[c], strlen(chars[c]));
+				len += strlen(chars[c]);
+			}
+			ok &= validUtf8(fence_msg_stale(buf, res, len, 7));
+			ok &= validUtf8(fence_detail_stale(buf, res, len, 9));
+			ok &= validUtf8(fence_msg_missing(buf, res, len));
+			ok &= validUtf8(fence_line_stale(buf, res, len, 7, 9));
+			memset(column, 'c', 99);
+			memcpy(column + 99, chars[c], strlen(chars[c]));
+			column[99 + strlen(chars[c])] = '\0';
+			ok &= validUtf8(fence_detail_missing(buf, FENCE_MISSING_NULL_TOKEN, res, len, column));
+		}
+	expect(ok, "messages cut a long resource or column on a character boundary");
+}
+
 /* The held-fence log: shadowing, undo by truncation, growth, tags. */
 static void
 testHeld(void)
@@ -128,5 +185,6 @@ main(void)
 	fence_msg_invalid(buf, "resource", FENCE_NULL, 0, 0);
 	expect(strcmp(buf, "invalid fencing resource: NULL") == 0, "NULL resource message");
 	testHeld();
+	testUtf8Cut();
 	return failures ? 1 : 0;
 }
