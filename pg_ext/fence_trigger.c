@@ -53,6 +53,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
+#include "catalog/pg_collation.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
@@ -78,6 +79,80 @@ typedef struct GuardSpec
 	FmgrInfo	keyFn;
 	Oid			keyCollation;
 } GuardSpec;
+
+/*
+ * A token column must be an integer type (SPEC, "No way around the fence").
+ * Checked by fence_protect and again every time a guard is prepared, so
+ * that ALTER COLUMN ... TYPE after protecting can never make the guard read
+ * another type's bits as a token: it makes every write fail instead.
+ */
+static void
+check_token_type(Relation rel, const char *column, Oid type, bool protecting)
+{
+	if (type != INT8OID && type != INT4OID && type != INT2OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("token column \"%s\" of \"%s\" must be bigint, integer or smallint, not %s",
+						column, RelationGetRelationName(rel), format_type_be(type)),
+				 protecting ? errhint("Fencing tokens are 64-bit integers: use a bigint column.") :
+				 errhint("The column's type was changed after fence_protect(): change it back to "
+						 "an integer type; until then every write of the table fails.")));
+}
+
+/*
+ * A per-row resource must be a function of the key's value alone, and two
+ * keys the table treats as equal must be one resource (SPEC, "No way
+ * around the fence"). So the key's type must have a text form that no
+ * session setting changes (TimeZone, DateStyle, IntervalStyle,
+ * extra_float_digits, bytea_output, lc_monetary all change some types'
+ * output) and an equality that is equality of that text form (numeric's
+ * 1.0 = 1.00, citext, and nondeterministic collations are not). These
+ * types qualify; domains over them too. Checked at protect time and at
+ * every use, so that ALTER COLUMN ... TYPE cannot change it behind the guard.
+ */
+static void
+check_key_type(Relation rel, const char *column, Oid type, Oid collation)
+{
+	Oid			base = getBaseType(type);
+	bool		ok;
+
+	switch (base)
+	{
+		case INT2OID:
+		case INT4OID:
+		case INT8OID:
+		case UUIDOID:
+		case INETOID:
+		case CIDROID:
+			ok = true;
+			break;
+		case TEXTOID:
+		case VARCHAROID:
+		case BPCHAROID:
+			ok = !OidIsValid(collation) || get_collation_isdeterministic(collation);
+			if (!ok)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("key column \"%s\" of \"%s\" cannot name a fence: its collation is nondeterministic",
+								column, RelationGetRelationName(rel)),
+						 errdetail("Keys that the collation treats as equal would be fenced as different resources."),
+						 errhint("Use a deterministic collation for the key column, e.g. a generated "
+								 "column holding lower(key).")));
+			break;
+		default:
+			ok = false;
+			break;
+	}
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("key column \"%s\" of \"%s\" cannot name a fence: type %s",
+						column, RelationGetRelationName(rel), format_type_be(type)),
+				 errdetail("A per-row resource must not depend on session settings or on an equality "
+						   "other than that of its text: the key must be smallint, integer, bigint, "
+						   "text, varchar, char, uuid, inet or cidr."),
+				 errhint("Protect with a key of one of these types, e.g. a generated column.")));
+}
 
 static void
 prepare_key_cast(Oid keyType, CoercionPathType *path, Oid *castFunc)
@@ -108,6 +183,20 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 				 errmsg("fence_guard() expects 3 trigger arguments, got %d", trigger->tgnargs),
 				 errhint("Install the guard with fence_protect().")));
 
+	/*
+	 * The arguments are checked as fence_protect checks them: anyone who can
+	 * create a trigger on a table of their own can call fence_guard with
+	 * arguments of their choosing, and nothing may reach fence_tokens that
+	 * fence_check would refuse.
+	 */
+	if (trigger->tgargs[2][0])
+	{
+		if (strlen(trigger->tgargs[1]) > FENCE_RESOURCE_MAX)
+			fence_report_invalid("resource prefix", FENCE_TOO_LONG, strlen(trigger->tgargs[1]), 0);
+	}
+	else
+		fence_validate_resource(trigger->tgargs[1], strlen(trigger->tgargs[1]));
+
 	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
 	spec = palloc0(sizeof(GuardSpec));
 	spec->trigger = trigger->tgoid;
@@ -124,6 +213,7 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 							spec->tokenColumn, RelationGetRelationName(trigdata->tg_relation)),
 					 errhint("Protect the table again with fence_protect().")));
 		spec->tokenType = TupleDescAttr(desc, spec->tokenAttnum - 1)->atttypid;
+		check_token_type(trigdata->tg_relation, spec->tokenColumn, spec->tokenType, false);
 	}
 	if (trigger->tgargs[2][0])
 	{
@@ -137,6 +227,8 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 							trigger->tgargs[2], RelationGetRelationName(trigdata->tg_relation)),
 					 errhint("Protect the table again with fence_protect().")));
 		att = TupleDescAttr(desc, spec->keyAttnum - 1);
+		check_key_type(trigdata->tg_relation, trigger->tgargs[2], att->atttypid,
+					   att->attcollation);
 		spec->keyCollation = att->attcollation;
 		prepare_key_cast(att->atttypid, &spec->keyPath, &castFunc);
 		if (OidIsValid(castFunc))
@@ -204,9 +296,12 @@ row_token(GuardSpec *spec, Relation rel, HeapTuple row, const char *resource, si
 		case INT4OID:
 			token = DatumGetInt32(d);
 			break;
-		default:
+		case INT8OID:
 			token = DatumGetInt64(d);
 			break;
+		default:
+			/* guard_spec checked the type: cannot happen */
+			elog(ERROR, "fence: token column of type %u", spec->tokenType);
 	}
 	if (fence_check_token(token) != FENCE_VALID)
 		fence_report_invalid("token", FENCE_NEGATIVE, 0, token);
@@ -712,7 +807,8 @@ fence_protect(PG_FUNCTION_ARGS)
 {
 	Relation	rel = open_protectable(fcinfo, "fence_protect");
 	bool		perRow = PG_NARGS() == 4;
-	const char *tokenColumn = PG_ARGISNULL(1) ? "" : NameStr(*PG_GETARG_NAME(1));
+	/* NULL means no token column; '' is a column name that cannot exist */
+	const char *tokenColumn = PG_ARGISNULL(1) ? NULL : NameStr(*PG_GETARG_NAME(1));
 	const char *keyColumn = "";
 	text	   *resourceText;
 	char	   *resource;
@@ -742,22 +838,20 @@ fence_protect(PG_FUNCTION_ARGS)
 	else
 		fence_validate_resource(resource, len);
 
-	if (tokenColumn[0])
+	if (tokenColumn)
+		check_token_type(rel, tokenColumn,
+						 get_atttype(RelationGetRelid(rel), column_arg(rel, tokenColumn)), true);
+	else
+		tokenColumn = "";
+	if (perRow)
 	{
-		Oid			type = get_atttype(RelationGetRelid(rel), column_arg(rel, tokenColumn));
-
-		if (type != INT8OID && type != INT4OID && type != INT2OID)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATATYPE_MISMATCH),
-					 errmsg("token column \"%s\" must be bigint, integer or smallint, not %s",
-							tokenColumn, format_type_be(type))));
-	}
-	if (keyColumn[0])
-	{
-		Oid			type = get_atttype(RelationGetRelid(rel), column_arg(rel, keyColumn));
+		AttrNumber	attnum = column_arg(rel, keyColumn);
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
+		Oid			type = att->atttypid;
 		CoercionPathType path;
 		Oid			castFunc;
 
+		check_key_type(rel, keyColumn, type, att->attcollation);
 		prepare_key_cast(type, &path, &castFunc);
 		if (path == COERCION_PATH_NONE || path == COERCION_PATH_ARRAYCOERCE)
 			ereport(ERROR,

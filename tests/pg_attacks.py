@@ -1,0 +1,241 @@
+#!/usr/bin/python3
+"""tests/pg_attacks.py: the PostgreSQL fence attacked as an adversary would.
+
+Each case tries one way around "a stale write never commits" (issue 10 and
+SPEC "No way around the fence") with no special privilege unless it says
+so, and asserts on what *committed* (the protected table and
+fence_tokens), not only on the error raised. Runs against the server in
+PGHOST/PGPORT (tests/run_pg.sh starts one), in a database of its own that
+it drops at the end.
+
+Output: "ok - pg attacks ..." / "not ok - pg attacks ..." per assertion.
+"""
+import os
+import sys
+import threading
+import time
+import traceback
+
+import psycopg
+
+DB = "fence_attacks"
+STALE, MISSING = "23T01", "23T02"
+passed = failed = 0
+
+
+def ok(cond, what, detail=""):
+    global passed, failed
+    print("%s - pg attacks %s" % ("ok" if cond else "not ok", what), flush=True)
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        if detail:
+            print("#   %s" % detail, flush=True)
+
+
+def connect(db=DB, autocommit=True, **kw):
+    return psycopg.connect(dbname=db, autocommit=autocommit, **kw)
+
+
+def sqlstate(conn, sql, args=None):
+    """Run sql; return None on success or the SQLSTATE of its error (rolled back)."""
+    try:
+        with conn.transaction():
+            conn.execute(sql, args)
+        return None
+    except psycopg.Error as e:
+        return e.sqlstate
+
+
+def one(conn, sql, args=None):
+    row = conn.execute(sql, args).fetchone()
+    return row[0] if row else None
+
+
+def fresh(conn, *tables):
+    for t in tables:
+        conn.execute("DROP TABLE IF EXISTS %s CASCADE" % t)
+    conn.execute("DELETE FROM fence_tokens")
+
+
+# ---------------------------------------------------------------------------
+# item 9: a long resource with multibyte characters, seen by a LATIN1 client
+
+def attack_message_encoding(conn):
+    fresh(conn)
+    res = "a" * 199 + "é" * 30        # the 200-byte cut falls inside an é
+    conn.execute("SELECT fence_check(%s, 10)", (res,))
+    latin = connect(client_encoding="LATIN1")
+    state = sqlstate(latin, "SELECT fence_check(%s, 3)", (res,))
+    ok(state == STALE, "a LATIN1 client gets 23T01 for a long multibyte resource (not 22021)",
+       "got %s" % state)
+    latin.close()
+
+
+# ---------------------------------------------------------------------------
+# item 2: MERGE gives a BEFORE UPDATE trigger the union of every UPDATE
+# action's SET columns
+
+def attack_merge(conn):
+    fresh(conn, "acct", "src")
+    conn.execute("CREATE TABLE acct (id int PRIMARY KEY, bal int, tok bigint)")
+    conn.execute("CREATE TABLE src (id int, bal int, tok bigint)")
+    conn.execute("SELECT fence_protect('acct', 'tok', 'm:acct')")
+    conn.execute("INSERT INTO acct VALUES (1, 100, 10), (2, 100, 10)")   # highest 10
+    conn.execute("INSERT INTO src VALUES (1, 0, 7), (2, 0, 7)")
+    # the zombie holds 7; the action that matches does not set tok, another would
+    merge = """MERGE INTO acct a USING src s ON a.id = s.id
+               WHEN MATCHED AND s.id = 99 THEN UPDATE SET tok = s.tok
+               WHEN MATCHED THEN UPDATE SET bal = s.bal"""
+    state = sqlstate(conn, merge)
+    ok(state in (STALE, MISSING), "MERGE: an UPDATE action that leaves the token column out needs a fence",
+       "got %s" % state)
+    ok(one(conn, "SELECT sum(bal) FROM acct") == 200, "MERGE: the zombie's balances did not commit")
+    # SET tok = s.tok with the stale token: checked with the new value
+    state = sqlstate(conn, """MERGE INTO acct a USING src s ON a.id = s.id
+                              WHEN MATCHED THEN UPDATE SET tok = s.tok, bal = 0""")
+    ok(state == STALE, "MERGE: an action that sets a stale token is refused", "got %s" % state)
+    # a fenced holder at 10 may MERGE without setting tok
+    with conn.transaction():
+        conn.execute("SELECT fence_check('m:acct', 10)")
+        conn.execute(merge)
+    ok(one(conn, "SELECT sum(bal) FROM acct") == 0, "MERGE: a transaction fenced at the highest writes")
+    # MERGE ... WHEN NOT MATCHED THEN INSERT with a stale token
+    conn.execute("INSERT INTO src VALUES (3, 5, 7)")
+    state = sqlstate(conn, """MERGE INTO acct a USING src s ON a.id = s.id
+                              WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.bal, s.tok)""")
+    ok(state == STALE and one(conn, "SELECT count(*) FROM acct") == 2,
+       "MERGE: an INSERT action with a stale token is refused", "got %s" % state)
+    # a fresh backend whose first fence call is the MERGE's own trigger
+    fresh_conn = connect()
+    state = sqlstate(fresh_conn, merge)
+    ok(state in (STALE, MISSING), "MERGE: refused also when fence loads during the MERGE",
+       "got %s" % state)
+    fresh_conn.close()
+    # a plain UPDATE SET tok = tok is still checked with the row's token
+    conn.execute("UPDATE src SET tok = 11")
+    with conn.transaction():
+        conn.execute("SELECT fence_check('m:acct', 11)")
+    state = sqlstate(conn, "UPDATE acct SET tok = tok")
+    ok(state == STALE, "UPDATE SET tok = tok is checked with the value (10 < 11)", "got %s" % state)
+    ok(one(conn, "SELECT fence_current('m:acct')") == 11, "MERGE: the highest is 11")
+
+
+# ---------------------------------------------------------------------------
+# item 3: per-row resource names that depend on session settings
+
+def attack_key_settings(conn):
+    fresh(conn, "ev", "money_t", "num_t", "ci_t")
+    conn.execute("CREATE TABLE ev (at timestamptz PRIMARY KEY, tok bigint)")
+    state = sqlstate(conn, "SELECT fence_protect('ev', 'tok', 'ev:', 'at')")
+    ok(state == "42804", "a timestamptz key (its text depends on TimeZone) is refused", "got %s" % state)
+    conn.execute("CREATE TABLE num_t (k numeric PRIMARY KEY, tok bigint)")
+    state = sqlstate(conn, "SELECT fence_protect('num_t', 'tok', 'n:', 'k')")
+    ok(state == "42804", "a numeric key (1.0 = 1.00, two texts) is refused", "got %s" % state)
+    conn.execute("CREATE COLLATION IF NOT EXISTS ci (provider = icu, locale = 'und-u-ks-level2', "
+                 "deterministic = false)")
+    conn.execute("CREATE TABLE ci_t (k text COLLATE ci PRIMARY KEY, tok bigint)")
+    state = sqlstate(conn, "SELECT fence_protect('ci_t', 'tok', 'c:', 'k')")
+    ok(state == "0A000", "a key with a nondeterministic collation is refused", "got %s" % state)
+    # protected with a good key, then the key's type changed behind the guard
+    conn.execute("CREATE TABLE money_t (k text PRIMARY KEY, tok bigint)")
+    conn.execute("SELECT fence_protect('money_t', 'tok', 'mt:', 'k')")
+    conn.execute("INSERT INTO money_t VALUES ('2026-01-01 00:00:00+00', 5)")
+    conn.execute("ALTER TABLE money_t ALTER COLUMN k TYPE timestamptz USING k::timestamptz")
+    tz = connect(options="-c TimeZone=Asia/Tokyo")
+    state = sqlstate(tz, "UPDATE money_t SET tok = 3")
+    ok(state == "42804", "a key changed to timestamptz after protecting makes writes fail", "got %s" % state)
+    ok(one(conn, "SELECT tok FROM money_t") == 5, "key type changed: nothing committed")
+    tz.close()
+
+
+# ---------------------------------------------------------------------------
+# item 7: the token column's type changed after protecting
+
+def attack_token_type(conn):
+    fresh(conn, "tt")
+    conn.execute("CREATE TABLE tt (id int PRIMARY KEY, tok bigint)")
+    conn.execute("SELECT fence_protect('tt', 'tok', 'tt:r')")
+    conn.execute("INSERT INTO tt VALUES (1, 10)")
+    for typ in ("float8", "numeric", "text"):
+        conn.execute("ALTER TABLE tt ALTER COLUMN tok TYPE %s" % typ)
+        state = sqlstate(conn, "INSERT INTO tt VALUES (2, 11)")
+        ok(state == "42804", "token column changed to %s: writes fail" % typ, "got %s" % state)
+        ok(one(conn, "SELECT fence_current('tt:r')") == 10,
+           "token column changed to %s: the highest stays 10" % typ)
+    conn.execute("ALTER TABLE tt ALTER COLUMN tok TYPE bigint USING tok::bigint")
+    state = sqlstate(conn, "INSERT INTO tt VALUES (2, 11)")
+    ok(state is None and one(conn, "SELECT fence_current('tt:r')") == 11,
+       "token column back to bigint: writes work again", "got %s" % state)
+
+
+# ---------------------------------------------------------------------------
+# item 8: empty column names
+
+def attack_empty_columns(conn):
+    fresh(conn, "ec")
+    conn.execute("CREATE TABLE ec (id int PRIMARY KEY, tok bigint)")
+    state = sqlstate(conn, "SELECT fence_protect('ec', '', 'ec:r')")
+    ok(state == "42703", "fence_protect with token column '' is a missing column", "got %s" % state)
+    state = sqlstate(conn, "SELECT fence_protect('ec', 'tok', 'ec:', '')")
+    ok(state == "42703", "fence_protect with key column '' is a missing column", "got %s" % state)
+    ok(one(conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'ec'::regclass") == 0,
+       "empty column names leave the table unguarded, not half-guarded")
+
+
+# ---------------------------------------------------------------------------
+# item 6: a hand-made trigger calling fence_guard with arguments of its own
+
+def attack_guard_args(conn):
+    fresh(conn)
+    conn.execute("DROP ROLE IF EXISTS fence_attacker")
+    conn.execute("CREATE ROLE fence_attacker LOGIN")
+    conn.execute("GRANT TEMP ON DATABASE %s TO fence_attacker" % DB)
+    conn.execute("SELECT fence_check('keep', 50)")
+    att = connect(user="fence_attacker")
+    att.execute("CREATE TEMP TABLE t (tok bigint)")
+    bad = []
+    for label, args in (("empty resource", "'tok', '', ''"),
+                        ("over-long resource", "'tok', '%s', ''" % ("x" * 1100)),
+                        ("over-long prefix", "'tok', '%s', 'tok'" % ("x" * 1100))):
+        sqlstate(att, "DROP TRIGGER IF EXISTS g ON t")
+        att.execute("CREATE TRIGGER g BEFORE INSERT ON t FOR EACH ROW "
+                    "EXECUTE FUNCTION fence_guard(%s)" % args)
+        state = sqlstate(att, "INSERT INTO t VALUES (1)")
+        if state is None or state[:2] != "22":
+            bad.append("%s: %s" % (label, state))
+    ok(not bad, "fence_guard refuses arguments fence_protect would not produce", "; ".join(bad))
+    rows = one(conn, "SELECT count(*) FROM fence_tokens WHERE octet_length(resource) NOT BETWEEN 1 AND 1024")
+    ok(rows == 0, "no invalid row reached fence_tokens")
+    att.close()
+    conn.execute("DROP OWNED BY fence_attacker")
+    conn.execute("DROP ROLE fence_attacker")
+
+
+CASES = [attack_message_encoding, attack_merge, attack_key_settings, attack_token_type,
+         attack_empty_columns, attack_guard_args]
+
+
+def main():
+    admin = psycopg.connect(dbname="postgres", autocommit=True)
+    admin.execute("DROP DATABASE IF EXISTS %s" % DB)
+    admin.execute("CREATE DATABASE %s" % DB)
+    conn = connect()
+    conn.execute("CREATE EXTENSION fence")
+    only = sys.argv[1:]
+    for case in CASES:
+        if only and case.__name__ not in only:
+            continue
+        try:
+            case(conn)
+        except Exception:
+            ok(False, "%s ran to the end" % case.__name__, traceback.format_exc().replace("\n", "\n#   "))
+    conn.close()
+    admin.execute("DROP DATABASE %s WITH (FORCE)" % DB)
+    print("# pg_attacks: %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
