@@ -42,6 +42,10 @@ extern void fence_xact_init(void);
 extern int64 fence_held_token(const char *resource, size_t len);
 extern void fence_hold(const char *resource, size_t len, int64 token);
 
+/* fence_executor.c: which statement fires the guard */
+extern void fence_executor_init(void);
+extern bool fence_executor_maybe_merge(void);
+
 /* fence.c: errors, with the relation when a trigger reports them */
 extern void fence_report_stale(Relation rel, const char *resource, size_t len,
 							   int64 token, int64 highest) pg_attribute_noreturn();

@@ -51,6 +51,7 @@
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "catalog/pg_collation.h"
@@ -363,6 +364,27 @@ guard_row(GuardSpec *spec, TriggerData *trigdata)
 		bool		tokenSet = hasToken &&
 			bms_is_member(spec->tokenAttnum - FirstLowInvalidHeapAttributeNumber,
 						  trigdata->tg_updatedcols);
+
+		/*
+		 * MERGE reports the SET columns of all its UPDATE actions, not of the
+		 * one that matched (fence_executor.c): there, a token column that
+		 * kept its value may not have been set at all, and checking the old
+		 * row's token would let a zombie write under the current highest. It
+		 * counts as not set, so the transaction must be fenced.
+		 */
+		if (tokenSet && fence_executor_maybe_merge())
+		{
+			bool		oldNull;
+			bool		newNull;
+			Datum		oldTok = heap_getattr(oldRow, spec->tokenAttnum,
+											  RelationGetDescr(rel), &oldNull);
+			Datum		newTok = heap_getattr(newRow, spec->tokenAttnum,
+											  RelationGetDescr(rel), &newNull);
+
+			if (!oldNull && !newNull &&
+				datumIsEqual(oldTok, newTok, true, get_typlen(spec->tokenType)))
+				tokenSet = false;
+		}
 
 		if (tokenSet)
 		{

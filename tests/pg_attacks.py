@@ -120,6 +120,19 @@ def attack_merge(conn):
     state = sqlstate(conn, "UPDATE acct SET tok = tok")
     ok(state == STALE, "UPDATE SET tok = tok is checked with the value (10 < 11)", "got %s" % state)
     ok(one(conn, "SELECT fence_current('m:acct')") == 11, "MERGE: the highest is 11")
+    # the statement during which fence loads cannot know it is not a MERGE:
+    # an unchanged token counts as not set (refused unless fenced), a new one
+    # is checked
+    first = connect()
+    state = sqlstate(first, "UPDATE acct SET tok = tok, bal = 1")
+    ok(state == MISSING and one(conn, "SELECT sum(bal) FROM acct") == 0,
+       "the statement that loads fence: SET tok = tok (stale) is refused", "got %s" % state)
+    first.close()
+    first = connect()
+    state = sqlstate(first, "UPDATE acct SET tok = 12, bal = 1")
+    ok(state is None and one(conn, "SELECT fence_current('m:acct')") == 12,
+       "the statement that loads fence: a new token is checked and accepted", "got %s" % state)
+    first.close()
 
 
 # ---------------------------------------------------------------------------

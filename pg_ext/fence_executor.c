@@ -1,0 +1,99 @@
+/*
+ * fence_executor.c
+ *
+ * Which kind of statement is running the executor that fires the guard.
+ *
+ * PostgreSQL 15 gives a BEFORE UPDATE row trigger fired by MERGE the union
+ * of the SET columns of all of MERGE's UPDATE actions in tg_updatedcols, so
+ * the guard cannot tell from TriggerData whether the action that matched
+ * this row set the token column. An action that did not set it would be
+ * "checked" with the row's old token, which the highest accepted may well
+ * equal: a zombie holding 7 would write and become fenced at 10 (issue 10,
+ * item 2). The guard therefore asks here whether the innermost running
+ * executor is a MERGE, and if so treats an unchanged token as not set: the
+ * transaction must then be fenced on the row's resource, as for any UPDATE
+ * that leaves the token column out.
+ *
+ * We learn it from ExecutorRun_hook, which brackets the run of every
+ * executor; BEFORE row triggers fire inside the run of the statement that
+ * writes the row, so the innermost bracket is that statement. A statement
+ * whose run began before this library was loaded (the library loads when a
+ * fence function is first called in a backend, possibly by the guard of
+ * that very statement) has no bracket: until the transaction that loaded us
+ * ends, a guard fired outside every bracket cannot know its statement and
+ * answers "maybe MERGE", the safe side. Adding fence to
+ * shared_preload_libraries or session_preload_libraries removes even that.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/executor.h"
+
+#include "fence_pg.h"
+
+static ExecutorRun_hook_type previousExecutorRun = NULL;
+
+/* the command of the innermost executor run we saw begin */
+static CmdType innermost = CMD_UNKNOWN;
+static int	runDepth = 0;
+
+/* loaded while statements we never saw begin may be running */
+static bool outerUnknown = false;
+
+static void
+fence_executor_run(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
+				   bool execute_once)
+{
+	CmdType		saved = innermost;
+
+	innermost = queryDesc->operation;
+	runDepth++;
+	PG_TRY();
+	{
+		if (previousExecutorRun)
+			previousExecutorRun(queryDesc, direction, count, execute_once);
+		else
+			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+	}
+	PG_FINALLY();
+	{
+		innermost = saved;
+		runDepth--;
+	}
+	PG_END_TRY();
+}
+
+static void
+at_xact_end(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+	{
+		/* every statement of that transaction is over */
+		outerUnknown = false;
+		runDepth = 0;
+		innermost = CMD_UNKNOWN;
+	}
+}
+
+void
+fence_executor_init(void)
+{
+	previousExecutorRun = ExecutorRun_hook;
+	ExecutorRun_hook = fence_executor_run;
+	RegisterXactCallback(at_xact_end, NULL);
+	outerUnknown = IsTransactionState();
+}
+
+/*
+ * Might the row being guarded be written by a MERGE? True for a MERGE, and
+ * for a statement that began before fence was loaded.
+ */
+bool
+fence_executor_maybe_merge(void)
+{
+	if (runDepth == 0)
+		return outerUnknown;
+	return innermost == CMD_MERGE;
+}
