@@ -21,13 +21,16 @@
  * fence function is first called in a backend, possibly by the guard of
  * that very statement) has no bracket: until the transaction that loaded us
  * ends, a guard fired outside every bracket cannot know its statement and
- * answers "maybe MERGE", the safe side. Adding fence to
+ * answers from the client's statement when that is a plain INSERT, UPDATE
+ * or DELETE, and "maybe MERGE", the safe side, otherwise. Adding fence to
  * shared_preload_libraries or session_preload_libraries removes even that.
  */
 #include "postgres.h"
 
 #include "access/xact.h"
 #include "executor/executor.h"
+#include "tcop/pquery.h"
+#include "utils/portal.h"
 
 #include "fence_pg.h"
 
@@ -87,13 +90,30 @@ fence_executor_init(void)
 }
 
 /*
- * Might the row being guarded be written by a MERGE? True for a MERGE, and
- * for a statement that began before fence was loaded.
+ * Might the row being guarded be written by a MERGE? True for a MERGE. For
+ * a statement that began before fence was loaded, the client's own
+ * statement (the active portal) tells when it is a plain INSERT, UPDATE or
+ * DELETE, the common first statement of a pooled connection; anything else
+ * (a function or procedure that may run MERGE inside) is treated as one.
  */
 bool
 fence_executor_maybe_merge(void)
 {
-	if (runDepth == 0)
-		return outerUnknown;
-	return innermost == CMD_MERGE;
+	if (runDepth > 0)
+		return innermost == CMD_MERGE;
+	if (!outerUnknown)
+		return false;
+	if (ActivePortal != NULL && list_length(ActivePortal->stmts) == 1)
+	{
+		Node	   *stmt = linitial(ActivePortal->stmts);
+
+		if (IsA(stmt, PlannedStmt))
+		{
+			CmdType		cmd = ((PlannedStmt *) stmt)->commandType;
+
+			if (cmd == CMD_INSERT || cmd == CMD_UPDATE || cmd == CMD_DELETE)
+				return false;
+		}
+	}
+	return true;
 }

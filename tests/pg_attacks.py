@@ -125,8 +125,19 @@ def attack_merge(conn):
     # is checked
     first = connect()
     state = sqlstate(first, "UPDATE acct SET tok = tok, bal = 1")
+    ok(state == STALE and one(conn, "SELECT sum(bal) FROM acct") == 0,
+       "the statement that loads fence: a plain UPDATE SET tok = tok (stale) is checked", "got %s" % state)
+    first.close()
+    conn.execute("""CREATE OR REPLACE FUNCTION merge_in_function() RETURNS void LANGUAGE plpgsql AS $$
+                    BEGIN
+                      MERGE INTO acct a USING src s ON a.id = s.id
+                        WHEN MATCHED AND s.id = 99 THEN UPDATE SET tok = s.tok
+                        WHEN MATCHED THEN UPDATE SET bal = 1;
+                    END $$""")
+    first = connect()
+    state = sqlstate(first, "SELECT merge_in_function()")
     ok(state == MISSING and one(conn, "SELECT sum(bal) FROM acct") == 0,
-       "the statement that loads fence: SET tok = tok (stale) is refused", "got %s" % state)
+       "the statement that loads fence: a MERGE inside a function is refused", "got %s" % state)
     first.close()
     first = connect()
     state = sqlstate(first, "UPDATE acct SET tok = 12, bal = 1")

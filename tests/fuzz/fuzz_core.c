@@ -164,6 +164,10 @@ expectShown(char *out, const Bytes *r)
 	size_t		i;
 	char	   *p = out;
 
+	/* a cut never splits a UTF-8 character: it backs off continuation bytes */
+	while (n < r->n && n > 0 && (r->z[n] & 0xC0) == 0x80)
+		n--;
+
 	*p++ = '"';
 	for (i = 0; i < n; i++)
 		*p++ = (r->z[i] < 0x20 || r->z[i] == 0x7f) ? '?' : (char) r->z[i];
