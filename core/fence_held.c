@@ -181,3 +181,18 @@ fence_held_free(FenceHeld *held)
 	memset(held, 0, sizeof(*held));
 	held->mem = mem;
 }
+
+int
+fence_held_replace(FenceHeld *held, const char *resource, size_t len, int64_t token,
+				   uint32_t tag)
+{
+	int			i = held_find(held, resource, len, held_hash(resource, len));
+
+	/* no undo point lies between an entry and a later one of the same tag */
+	if (i >= 0 && held->entries[i].tag == tag)
+	{
+		held->entries[i].token = token;
+		return 0;
+	}
+	return fence_held_set(held, resource, len, token, tag);
+}

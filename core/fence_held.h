@@ -56,6 +56,15 @@ int64_t		fence_held_get(const FenceHeld *held, const char *resource, size_t len)
 int			fence_held_set(FenceHeld *held, const char *resource, size_t len,
 						   int64_t token, uint32_t tag);
 
+/*
+ * Like fence_held_set, but when the resource's newest entry carries the same
+ * tag, change its token in place: for an engine whose tags are undo scopes
+ * (PostgreSQL's subtransactions), no undo point lies between the two, and a
+ * transaction that advances one resource a million times keeps one entry.
+ */
+int			fence_held_replace(FenceHeld *held, const char *resource, size_t len,
+							   int64_t token, uint32_t tag);
+
 /* Undo every entry from index n on. */
 void		fence_held_truncate(FenceHeld *held, int n);
 

@@ -29,18 +29,26 @@ typedef struct FenceOutcome
 extern FenceOutcome fence_accept(const char *resource, size_t len, int64 token);
 extern bool fence_read_highest(const char *resource, size_t len, int64 *highest);
 extern void fence_forget(const char *resource, size_t len);
+extern void fence_write_pending(const char *resource, size_t len, int64 token);
 
 /* fence_token_cache.c: the highest per resource, remembered between reads */
 extern void fence_cache_attach(Relation tokens);
 extern bool fence_cache_enabled(void);
 extern bool fence_cache_lookup(uint64 hash, const char *resource, size_t len, int64 *highest);
-extern void fence_cache_store(uint64 hash, const char *resource, size_t len, int64 highest);
+extern uint64 fence_cache_generation(void);
+extern void fence_cache_store(uint64 hash, const char *resource, size_t len, int64 highest,
+							  uint64 generation);
 extern void fence_cache_signal(Relation tokens);
 
 /* fence_xact.c: what this transaction holds */
 extern void fence_xact_init(void);
 extern int64 fence_held_token(const char *resource, size_t len);
 extern void fence_hold(const char *resource, size_t len, int64 token);
+extern int	fence_held_count(void);
+extern int64 fence_written_token(const char *resource, size_t len);
+extern void fence_note_written(const char *resource, size_t len, int64 token);
+extern int64 fence_pending_token(const char *resource, size_t len);
+extern void fence_xact_flush(void);
 
 /* fence_executor.c: which statement fires the guard */
 extern void fence_executor_init(void);

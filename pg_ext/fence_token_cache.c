@@ -161,15 +161,29 @@ fence_cache_lookup(uint64 hash, const char *resource, size_t len, int64 *highest
 	return true;
 }
 
+/*
+ * The generation to store a read under: taken before the read's snapshot.
+ * An invalidation processed between the snapshot and the store (opening an
+ * index processes the queue) announces a change the read may not have
+ * seen; storing under the generation current at the store would keep the
+ * old value as if it were new, for every later transaction of this backend.
+ */
+uint64
+fence_cache_generation(void)
+{
+	return cacheGeneration;
+}
+
 /* Remember a highest read under the resource's ShareLock. */
 void
-fence_cache_store(uint64 hash, const char *resource, size_t len, int64 highest)
+fence_cache_store(uint64 hash, const char *resource, size_t len, int64 highest,
+				  uint64 generation)
 {
 	CacheSlot  *slot = slot_for(hash);
 
-	if (!fence_cache_enabled() || len > CACHE_KEY_MAX)
+	if (!fence_cache_enabled() || len > CACHE_KEY_MAX || generation != cacheGeneration)
 		return;
-	slot->generation = cacheGeneration;
+	slot->generation = generation;
 	slot->hash = hash;
 	slot->highest = highest;
 	slot->len = (uint16) len;

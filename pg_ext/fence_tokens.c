@@ -187,6 +187,14 @@ write_row(Relation rel, const char *resource, size_t len, int64 token, bool exis
 	bool		nulls[Natts_fence_tokens] = {false, false, false};
 	HeapTuple	tuple;
 
+	/*
+	 * The catalog API skips the table's CHECK constraints: validate here
+	 * what every row must be, so that a dump of fence_tokens always restores.
+	 */
+	fence_validate_resource(resource, len);
+	if (fence_check_token(token) != FENCE_VALID)
+		fence_report_invalid("token", FENCE_NEGATIVE, 0, token);
+
 	values[Anum_fence_tokens_resource - 1] =
 		PointerGetDatum(cstring_to_text_with_len(resource, (int) len));
 	values[Anum_fence_tokens_token - 1] = Int64GetDatum(token);
@@ -198,6 +206,7 @@ write_row(Relation rel, const char *resource, size_t len, int64 token, bool exis
 	else
 		CatalogTupleInsert(rel, tuple);
 	heap_freetuple(tuple);
+	fence_note_written(resource, len, token);
 	fence_cache_signal(rel);
 	/* a later advance in this same command must see this version */
 	CommandCounterIncrement();
@@ -247,15 +256,72 @@ fence_unlock(const LOCKTAG *tag, LOCKMODE mode)
 	CurrentResourceOwner = saved;
 }
 
+/* fence_tokens' own lock, as the escalation level: same owner rule. */
+static void
+lock_tokens_table(LOCKMODE mode)
+{
+	ResourceOwner saved = CurrentResourceOwner;
+
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	LockRelationOid(tokens_relid(), mode);
+	CurrentResourceOwner = saved;
+}
+
 /* The highest accepted token, or false when there is none. */
 bool
 fence_read_highest(const char *resource, size_t len, int64 *highest)
 {
 	Relation	rel = open_tokens(AccessShareLock);
 	bool		found = read_row(rel, resource, len, highest, NULL);
+	int64		pending = fence_pending_token(resource, len);
 
 	table_close(rel, AccessShareLock);
+	/* this transaction's own advance, not yet written into the row */
+	if (pending >= 0 && (!found || pending > *highest))
+	{
+		*highest = pending;
+		found = true;
+	}
 	return found;
+}
+
+/*
+ * The transaction-wide level of fence_tokens' own relation lock (see the
+ * file header): NoLock below the escalation threshold, where every fence
+ * also has its resource's lock; ShareLock once escalated; ExclusiveLock
+ * once an escalated transaction has advanced.
+ */
+static LOCKMODE
+escalation_level(void)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_RELATION(tag, MyDatabaseId, tokens_relid());
+	if (LockHeldByMe(&tag, ExclusiveLock))
+		return ExclusiveLock;
+	if (LockHeldByMe(&tag, ShareLock))
+		return ShareLock;
+	return NoLock;
+}
+
+/*
+ * Fences beyond which a transaction stops taking a lock per resource: half
+ * of max_locks_per_transaction, the share of the lock table each backend is
+ * sized for, so that a transaction fenced on a million resources never
+ * exhausts the shared lock table other sessions need.
+ */
+static int
+escalation_threshold(void)
+{
+	return Max(max_locks_per_xact / 2, 1);
+}
+
+/* The resource's lock with the matching intention lock on fence_tokens. */
+static void
+lock_resource(const LOCKTAG *tag, LOCKMODE mode)
+{
+	lock_tokens_table(mode == ExclusiveLock ? RowExclusiveLock : RowShareLock);
+	fence_lock(tag, mode);
 }
 
 /*
@@ -271,16 +337,70 @@ fence_accept(const char *resource, size_t len, int64 token)
 	LOCKTAG		tag;
 	uint64		hash;
 	LOCKMODE	mode;
+	LOCKMODE	level;
 	bool		locked = false;
 	Relation	rel;
 	int64		highest = 0;
 	bool		found;
 	ItemPointerData tid;
 	FenceVerdict verdict;
+	uint64		generation;
 
 	/* Held at this token: we keep a lock that nobody can advance past. */
 	if (held == token)
 		return outcome;
+
+	/*
+	 * Advancing a resource whose row this transaction has already written:
+	 * the row is ours and so is the exclusive lock, so nothing can have
+	 * changed it; record the new token, the row follows before commit.
+	 */
+	if (held >= 0 && held < token && fence_written_token(resource, len) >= 0)
+	{
+		fence_hold(resource, len, token);
+		return outcome;
+	}
+
+	level = escalation_level();
+	if (level == NoLock && fence_held_count() >= escalation_threshold())
+	{
+		lock_tokens_table(ShareLock);
+		level = ShareLock;
+	}
+
+	if (level != NoLock)
+	{
+		/*
+		 * Escalated: the ShareLock on fence_tokens keeps every advance out
+		 * until this transaction ends, so the newest committed row cannot
+		 * change under us and no resource lock is needed.
+		 */
+		rel = open_tokens(RowShareLock);
+		found = read_row(rel, resource, len, &highest, &tid);
+		verdict = fence_decide(found, highest, token);
+		if (verdict == FENCE_REJECT_STALE)
+		{
+			outcome.stale = true;
+			outcome.highest = highest;
+		}
+		else
+		{
+			if (verdict != FENCE_ACCEPT_EQUAL)
+			{
+				PreventCommandIfReadOnly("fence_check()");
+				if (level != ExclusiveLock)
+				{
+					/* waits for the other escalated transactions to end */
+					lock_tokens_table(ExclusiveLock);
+					found = read_row(rel, resource, len, &highest, &tid);
+				}
+				write_row(rel, resource, len, token, found, &tid);
+			}
+			fence_hold(resource, len, token);
+		}
+		table_close(rel, NoLock);
+		return outcome;
+	}
 
 	hash = resource_locktag(&tag, resource, len);
 
@@ -300,7 +420,7 @@ fence_accept(const char *resource, size_t len, int64 token)
 	 */
 	if (mode == ShareLock && fence_cache_enabled())
 	{
-		fence_lock(&tag, ShareLock);
+		lock_resource(&tag, ShareLock);
 		locked = true;
 		AcceptInvalidationMessages();
 		if (fence_cache_lookup(hash, resource, len, &highest) && highest == token)
@@ -310,12 +430,18 @@ fence_accept(const char *resource, size_t len, int64 token)
 		}
 	}
 
-	rel = open_tokens(RowExclusiveLock);
+	/*
+	 * Read with the intention lock only: RowExclusiveLock here would make a
+	 * same-token holder wait for an escalated transaction's ShareLock. An
+	 * advance writes under the RowExclusiveLock lock_resource() takes.
+	 */
+	rel = open_tokens(RowShareLock);
 	for (;;)
 	{
 		if (!locked)
-			fence_lock(&tag, mode);
+			lock_resource(&tag, mode);
 		locked = false;
+		generation = fence_cache_generation();
 		found = read_row(rel, resource, len, &highest, &tid);
 		verdict = fence_decide(found, highest, token);
 		if (verdict == FENCE_REJECT_STALE || mode == ExclusiveLock ||
@@ -343,18 +469,34 @@ fence_accept(const char *resource, size_t len, int64 token)
 		else if (mode == ExclusiveLock)
 		{
 			/* someone else advanced to exactly our token: share it with them */
-			fence_lock(&tag, ShareLock);
+			lock_resource(&tag, ShareLock);
 			fence_unlock(&tag, ExclusiveLock);
 		}
 		else
 		{
 			/* read under our ShareLock: nobody can advance past it meanwhile */
-			fence_cache_store(hash, resource, len, highest);
+			fence_cache_store(hash, resource, len, highest, generation);
 		}
 		fence_hold(resource, len, token);
 	}
-	table_close(rel, RowExclusiveLock);
+	table_close(rel, RowShareLock);
 	return outcome;
+}
+
+/* Before commit: bring r's row, written earlier by us, up to token. */
+void
+fence_write_pending(const char *resource, size_t len, int64 token)
+{
+	Relation	rel = open_tokens(RowExclusiveLock);
+	int64		highest;
+	ItemPointerData tid;
+	bool		found = read_row(rel, resource, len, &highest, &tid);
+
+	/* the row is locked by this transaction since it wrote it */
+	if (!found || highest > token)
+		elog(ERROR, "fence: the row of a resource this transaction advanced changed under it");
+	write_row(rel, resource, len, token, true, &tid);
+	table_close(rel, RowExclusiveLock);
 }
 
 /* fence_reset: forget the resource's highest (and this transaction's fence). */
@@ -368,7 +510,7 @@ fence_forget(const char *resource, size_t len)
 
 	PreventCommandIfReadOnly("fence_reset()");
 	resource_locktag(&tag, resource, len);
-	fence_lock(&tag, ExclusiveLock);
+	lock_resource(&tag, ExclusiveLock);
 	rel = open_tokens(RowExclusiveLock);
 	if (read_row(rel, resource, len, &highest, &tid))
 	{
@@ -379,4 +521,6 @@ fence_forget(const char *resource, size_t len)
 	table_close(rel, RowExclusiveLock);
 	if (fence_held_token(resource, len) >= 0)
 		fence_hold(resource, len, -1);
+	if (fence_written_token(resource, len) >= 0)
+		fence_note_written(resource, len, -1);
 }

@@ -9,6 +9,17 @@
  * subtransaction ids only grow), matching the lock manager, which releases
  * the subtransaction's locks at the same moment. The transaction's end
  * forgets everything: the memory goes with TopTransactionContext.
+ *
+ * A second log of the same kind, "written", says which fence_tokens rows
+ * this transaction has written and at which token. While such a write
+ * stands (its subtransaction is not rolled back) the row is locked by this
+ * transaction and its resource's lock is held exclusively, so a further
+ * advance of the same resource need not read or write the row again: it is
+ * recorded in the held log alone, and the row is brought up to the held
+ * token once, just before commit or PREPARE (fence_tokens.c). Advancing one
+ * resource N times in a transaction therefore writes at most N row versions
+ * only if every advance is in a different subtransaction, and costs O(N);
+ * before, every advance wrote a version and the next read walked them all.
  */
 #include "postgres.h"
 
@@ -22,7 +33,8 @@
 #include "fence_pg.h"
 
 static FenceHeld held;
-static bool heldReady = false;	/* held lives in this transaction */
+static FenceHeld written;
+static bool heldReady = false;	/* held and written live in this transaction */
 
 static void *
 xact_alloc(size_t size)
@@ -43,6 +55,11 @@ at_xact_end(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			if (heldReady)
+				fence_xact_flush();
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
@@ -61,7 +78,10 @@ at_subxact_end(SubXactEvent event, SubTransactionId mySubid,
 			   SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB && heldReady)
+	{
 		fence_held_truncate(&held, fence_held_first_tagged(&held, mySubid));
+		fence_held_truncate(&written, fence_held_first_tagged(&written, mySubid));
+	}
 }
 
 void
@@ -77,15 +97,78 @@ fence_held_token(const char *resource, size_t len)
 	return heldReady ? fence_held_get(&held, resource, len) : -1;
 }
 
-void
-fence_hold(const char *resource, size_t len, int64 token)
+static void
+xact_ready(void)
 {
 	if (!heldReady)
 	{
 		fence_held_init(&held, &xactAllocator);
+		fence_held_init(&written, &xactAllocator);
 		heldReady = true;
 	}
-	(void) fence_held_set(&held, resource, len, token, GetCurrentSubTransactionId());
+}
+
+void
+fence_hold(const char *resource, size_t len, int64 token)
+{
+	xact_ready();
+	(void) fence_held_replace(&held, resource, len, token, GetCurrentSubTransactionId());
+}
+
+/* How many fences (entries) the transaction holds: the escalation measure. */
+int
+fence_held_count(void)
+{
+	return heldReady ? held.n_entries : 0;
+}
+
+/* The token this transaction last wrote into r's row, or -1. */
+int64
+fence_written_token(const char *resource, size_t len)
+{
+	return heldReady ? fence_held_get(&written, resource, len) : -1;
+}
+
+void
+fence_note_written(const char *resource, size_t len, int64 token)
+{
+	xact_ready();
+	(void) fence_held_replace(&written, resource, len, token, GetCurrentSubTransactionId());
+}
+
+/*
+ * The highest this transaction has accepted for r beyond what its row
+ * says (an advance not yet written, see the file header), or -1.
+ */
+int64
+fence_pending_token(const char *resource, size_t len)
+{
+	int64		w = fence_written_token(resource, len);
+	int64		h = fence_held_token(resource, len);
+
+	return (w >= 0 && h > w) ? h : -1;
+}
+
+/* Before commit or PREPARE: write every advance recorded only in the log. */
+void
+fence_xact_flush(void)
+{
+	int			n = written.n_entries;
+
+	for (int i = 0; i < n; i++)
+	{
+		const char *resource;
+		size_t		len;
+		int64		h;
+
+		if (!fence_held_is_current(&written, i))
+			continue;
+		resource = written.entries[i].resource;
+		len = written.entries[i].len;
+		h = fence_held_token(resource, len);
+		if (h > written.entries[i].token)
+			fence_write_pending(resource, len, h);
+	}
 }
 
 /*
