@@ -798,6 +798,8 @@ guardResource(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value **a
 	int			nRes;
 
 	(void) argc;
+	if (sqlite3_value_type(argv[0]) != SQLITE_INTEGER)
+		return fenceGuardAdmit(ctx, conn, argv[0], "", 0, bKeyed);	/* refuses */
 	if (sqlite3_value_type(argv[1]) != SQLITE_TEXT)
 		return bKeyed ? argKeyResource(ctx, argv[1], argv[2], buf, pz, pn)
 			: argResource(ctx, argv[1], pz, pn);
@@ -884,6 +886,20 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 }
 
 /*
+ * fence_guard_write(resource, token), fence_guard_fenced(resource): what the
+ * triggers of fence 1.2 and older call. Such a guard passes no guard id, so
+ * it is refused, with a message that says what to do.
+ */
+static void
+fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	FenceConn  *conn = sqlite3_user_data(ctx);
+
+	(void) argc;
+	fenceGuardAdmit(ctx, conn, argv[0], "", 0, 0);
+}
+
+/*
  * fence_guard_ready(guard, resource_or_prefix, keyed): the BEFORE INSERT
  * check of a table whose per-row key is the INTEGER PRIMARY KEY (its value
  * is known only AFTER INSERT): the guard is fence's and the journal can undo
@@ -967,6 +983,8 @@ static const struct FenceFunction
 	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_fenced", 3, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_ready", 3, FROM_TRIGGER, fenceGuardReadyFunc},
+	{"fence_guard_write", 2, FROM_TRIGGER, fenceGuardOldFunc},
+	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardOldFunc},
 	/* last: its presence says every function above is registered */
 	{"fence_loaded", 0, APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
 };

@@ -52,7 +52,9 @@ static const char journalModeSql[] = "PRAGMA main.journal_mode";
 /* the objects of schema %w that name a guard function but are not fence's */
 static const char foreignCallersSql[] =
 "SELECT name FROM \"%w\".sqlite_schema "
-"WHERE sql LIKE '%%fence\\_guard\\_%%' ESCAPE '\\' "
+"WHERE (sql LIKE '%%fence\\_guard\\_write%%' ESCAPE '\\' "
+"OR sql LIKE '%%fence\\_guard\\_fenced%%' ESCAPE '\\' "
+"OR sql LIKE '%%fence\\_guard\\_ready%%' ESCAPE '\\') "
 "AND NOT (type = 'trigger' AND name GLOB 'fence:[0-9]*:*' %s) LIMIT 1";
 
 static const char foreignCallersGuardsSql[] =
@@ -445,9 +447,9 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (sqlite3_value_type(idArg) != SQLITE_INTEGER)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the trigger passed no guard id; it was "
-							   "made by an older fence_protect or by hand; run fence_protect "
-							   "on the table again"));
+			   sqlite3_mprintf("fence guard refused: the trigger passed no guard id, so it "
+							   "was made by fence 1.2 or older (or by hand); run fence_protect "
+							   "on the table again to replace its guard"));
 		return 0;
 	}
 	if (!journalWorks(ctx, conn))

@@ -19,10 +19,11 @@
  *   insert        BEFORE INSERT     the new row's token is checked, or
  *                                   without C the transaction must hold a
  *                                   fence on the row's resource; when K is
- *                                   T's INTEGER PRIMARY KEY (SQLite assigns
- *                                   it after BEFORE triggers run) this only
- *                                   admits G, and
- *   insert_after  AFTER INSERT      checks the row once it has its key
+ *                                   T's INTEGER PRIMARY KEY, which SQLite
+ *                                   assigns after BEFORE triggers run (they
+ *                                   see -1), only a key given in the INSERT
+ *                                   is checked here, and
+ *   insert_after  AFTER INSERT      checks every row once it has its key
  *   update        BEFORE UPDATE     the transaction must hold a fence on the
  *                                   old and new resource
  *   update_token  BEFORE UPDATE OF C  the statement sets C: its new value is
@@ -545,13 +546,17 @@ protectSql(const ProtectSpec *spec)
 		!zDelete || (spec->zTokenColumn && (!zUpdateToken || !zUpdateTokenConflicts)))
 		goto done;
 
+	/*
+	 * A key given in the INSERT is checked BEFORE too, so that an upsert's
+	 * proposed row is checked as an INSERT even when DO UPDATE runs instead.
+	 */
 	if (spec->bKeyIsRowid)
 		zInsertTriggers = sqlite3_mprintf(
 			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
-			"BEGIN SELECT fence_guard_ready(%lld, %Q, 1);%s END;\n"
+			"BEGIN SELECT fence_guard_ready(%lld, %Q, 1); SELECT %s WHERE NEW.\"%w\" <> -1;%s END;\n"
 			"CREATE TRIGGER main.\"fence:%lld:insert_after\" AFTER INSERT ON \"%w\" "
 			"BEGIN SELECT %s; END;\n",
-			G, T, G, spec->zResource, zInsertConflicts, G, T, zInsert);
+			G, T, G, spec->zResource, zInsert, spec->zKeyColumn, zInsertConflicts, G, T, zInsert);
 	else
 		zInsertTriggers = sqlite3_mprintf(
 			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "

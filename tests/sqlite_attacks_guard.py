@@ -519,7 +519,36 @@ def shape_attacks():
                   "(recursive_triggers=%s)" % rt, attempt(c, "UPDATE child_view SET qid = NULL"))
         unchanged(path, "child", before, "INSTEAD OF DELETE on a view is guarded "
                   "(recursive_triggers=%s)" % rt, attempt(c, "DELETE FROM child_view"))
+    # an upsert on a table keyed by its INTEGER PRIMARY KEY: the proposed
+    # row is checked as an INSERT although DO UPDATE runs instead
+    c.executescript("""
+        CREATE TABLE job(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+        SELECT fence_protect('job', 'tok', 'job:', 'id');
+        INSERT INTO job VALUES (1, 1, 5);
+        SELECT fence_check('job:1', 9);
+    """)
+    before = committed(path, "job")
+    unchanged(path, "job", before, "upsert on an INTEGER PRIMARY KEY key: a stale proposed row refused",
+              attempt(c, "INSERT INTO job VALUES (1, 2, 6) ON CONFLICT(id) DO UPDATE SET v = 2, tok = 9"))
+    # a guard made by fence 1.3 or older (no guard id) is refused, clearly
+    c.executescript("""
+        CREATE TABLE legacy(id INTEGER PRIMARY KEY, tok INTEGER);
+        CREATE TRIGGER "fence_insert:legacy" BEFORE INSERT ON legacy
+          BEGIN SELECT fence_guard_write('legacy', NEW.tok); END;
+    """)
+    err = attempt(c, "INSERT INTO legacy VALUES (1, 5)")
+    ok(err is not None and "run fence_protect" in err and
+       c.execute("SELECT count(*) FROM legacy").fetchone()[0] == 0,
+       "a guard trigger of an older fence is refused with what to do", err)
+    c.execute("SELECT fence_protect('legacy', 'tok', 'legacy')")
+    ok(attempt(c, "INSERT INTO legacy VALUES (1, 5)") is None and
+       c.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'fence_insert:legacy'").fetchone()[0] == 0,
+       "... and fence_protect replaces it")
+    # a table whose name merely starts like fence's functions blocks nothing
+    c.execute("CREATE TABLE fence_guard_log(x)")
+    ok(attempt(c, "INSERT INTO legacy VALUES (2, 5)") is None, "a table named fence_guard_log is harmless")
     # writable_schema itself opens nothing
+    before = committed(path, "child")
     c.execute("PRAGMA writable_schema = ON")
     unchanged(path, "child", before, "writable_schema=ON: an unfenced DELETE is still refused",
               attempt(c, "DELETE FROM child"))
