@@ -81,8 +81,10 @@ def as_postgres(cmd):
 
 
 def run(cmd):
+    # from a directory the postgres user can enter: CI may clone into /root,
+    # and pg_restore run as postgres warns when it cannot enter its cwd
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True)
+                          universal_newlines=True, cwd="/")
 
 
 # ---------------------------------------------------------------------------
