@@ -70,7 +70,10 @@ fi
 "$PYTHON" tests/corpus_runner.py --engine pg
 
 [ "$using_running" -eq 1 ] && exit 0
+# From a directory the postgres user can enter: the checkout may be one it
+# cannot (root's clone in /root, a mktemp -d), and the tools these tests run
+# as postgres (pg_dump, pg_restore, pg_ctl) warn from such a cwd.
 for t in tests/pg_*.py; do
-	[ -e "$t" ] && "$PYTHON" "$t"
+	[ -e "$t" ] && (cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/$t")
 done
 exit 0
