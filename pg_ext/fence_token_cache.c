@@ -218,6 +218,20 @@ fence_tokens_changed(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("fence_tokens_changed() must be called as a trigger")));
+
+	/*
+	 * A row changed by anyone but fence's C code (a superuser's DML, COPY, a
+	 * restore, logical replication's apply worker) took none of the
+	 * resource locks that order fence's own changes. Take the lock that
+	 * stands for all of them, fence_tokens' own in EXCLUSIVE mode (the
+	 * escalated advance of fence_tokens.c): the change waits for every open
+	 * fenced transaction, and no fence is accepted until it has committed
+	 * and announced itself, so no backend can be granted a lock, process
+	 * the invalidation queue before the announcement, and answer from a
+	 * stale cache. Such changes are rare; one lock serves a whole bulk load.
+	 */
+	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		fence_lock_tokens_exclusive();
 	fence_cache_signal(trigdata->tg_relation);
 	return PointerGetDatum(NULL);
 }

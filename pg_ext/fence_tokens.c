@@ -267,6 +267,13 @@ lock_tokens_table(LOCKMODE mode)
 	CurrentResourceOwner = saved;
 }
 
+/* For a change of fence_tokens that bypassed fence (fence_token_cache.c). */
+void
+fence_lock_tokens_exclusive(void)
+{
+	lock_tokens_table(ExclusiveLock);
+}
+
 /* The highest accepted token, or false when there is none. */
 bool
 fence_read_highest(const char *resource, size_t len, int64 *highest)

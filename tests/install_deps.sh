@@ -52,6 +52,8 @@ if [ "$what" = check ]; then
 	has command -v redis-server || need+=(redis-server)
 	pyhas redis || need+=(python3-redis)
 	has command -v setpriv || need+=(util-linux)
+	# tests/pg_cache_race.py stops a backend at a breakpoint
+	has command -v gdb || need+=(gdb)
 	# examples/ in C: libpq's headers and library
 	has test -e /usr/include/postgresql/libpq-fe.h || need+=(libpq-dev)
 	# tests/deb_packages.sh: dpkg-buildpackage with debhelper and pg_buildext
