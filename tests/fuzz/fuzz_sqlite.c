@@ -10,8 +10,10 @@
  * decoded into a sequence of SQL calls: every fence function with values of
  * every storage class and length (NULL, int64 and double extremes, text and
  * blobs of arbitrary bytes up to ~2100 bytes, UTF-16, zeroblobs), writes to
- * the protected tables, transactions and savepoints, and fuzzed
- * fence_protect calls.
+ * the protected tables (every form of REPLACE included), transactions and
+ * savepoints, fuzzed fence_protect calls, ATTACH and tables named like
+ * fence's own in TEMP and attached databases, and savepoints that take
+ * fences while one allocation fails (a counting allocator under SQLite).
  *
  * After every call the database is read back and held to what SPEC.md
  * promises: the result or error the accept rule predicts from the state
@@ -59,7 +61,7 @@ static const char *opSql;
  * Connections, and statements prepared once per connection
  * ------------------------------------------------------------------ */
 
-#define N_CACHE 160
+#define N_CACHE 224
 
 typedef struct Conn
 {
@@ -80,12 +82,12 @@ static Conn *cur;
 
 static const char *const snapTokensSql =
 "SELECT resource, token, updated_at, typeof(resource), typeof(token) "
-"FROM fence_tokens ORDER BY resource";
+"FROM main.fence_tokens ORDER BY resource";
 static const char *const snapHeldSql =
-"SELECT resource, token FROM fence_held ORDER BY resource";
+"SELECT resource, token FROM main.fence_held ORDER BY resource";
 static const char *const snapTablesSql =
-"SELECT 1, id, tok, v FROM t UNION ALL SELECT 2, id, tok, v FROM k "
-"UNION ALL SELECT 3, id, tok, v FROM u UNION ALL SELECT 4, id, tok, v FROM x";
+"SELECT 1, id, tok, v FROM main.t UNION ALL SELECT 2, id, tok, v FROM main.k "
+"UNION ALL SELECT 3, id, tok, v FROM main.u UNION ALL SELECT 4, id, tok, v FROM main.x";
 static const char *const probeSql = "SELECT CAST(?1 AS BLOB), ?1";
 
 /* The statement for sql, prepared on first use; NULL with *prc on error. */
@@ -863,6 +865,7 @@ static Rows resetSince;			/* resources fence_reset since then */
 static Savepoint savepoints[64];
 static int	nSavepoints;
 static int	xTouched;			/* fence_protect ran on x: undo before the next input */
+static int	shadowed;			/* opShadow ran: drop what it made before the next input */
 
 static void
 execOrDie(const char *sql)
@@ -922,6 +925,19 @@ closeConn(Conn *c)
 	memset(c, 0, sizeof(*c));
 }
 
+/* Undo what opShadow made: an attached aux, TEMP tables named like fence's. */
+static void
+dropShadows(void)
+{
+	if (!shadowed)
+		return;
+	sqlite3_exec(cur->db, "DETACH DATABASE aux", NULL, NULL, NULL);
+	sqlite3_exec(cur->db, "DROP TABLE IF EXISTS temp.fence_tokens", NULL, NULL, NULL);
+	sqlite3_exec(cur->db, "DROP TABLE IF EXISTS temp.fence_txn", NULL, NULL, NULL);
+	sqlite3_exec(cur->db, "DROP TABLE IF EXISTS temp.fence_held", NULL, NULL, NULL);
+	shadowed = 0;
+}
+
 /*
  * Bring the shared connection back to how setup left it: no transaction,
  * no rows, x unguarded. The guarded rows are deleted the way an application
@@ -933,18 +949,18 @@ resetShared(void)
 {
 	static const char *const steps[] = {
 		"BEGIN",
-		"DELETE FROM fence_tokens",
+		"DELETE FROM main.fence_tokens",
 		"SELECT fence_check('r', 0)",
-		"SELECT fence_check('p:' || CAST(id AS TEXT), 0) FROM k",
-		"SELECT fence_check('u:' || CAST(id AS TEXT), 0) FROM u",
-		"DELETE FROM t", "DELETE FROM k", "DELETE FROM u", "DELETE FROM x",
-		"DELETE FROM fence_tokens",
+		"SELECT fence_check('p:' || CAST(id AS TEXT), 0) FROM main.k",
+		"SELECT fence_check('u:' || CAST(id AS TEXT), 0) FROM main.u",
+		"DELETE FROM main.t", "DELETE FROM main.k", "DELETE FROM main.u", "DELETE FROM main.x",
+		"DELETE FROM main.fence_tokens",
 		"COMMIT",
 	};
 	static const char *const anyRows =
-	"SELECT 1 WHERE EXISTS (SELECT 1 FROM t) OR EXISTS (SELECT 1 FROM k) "
-	"OR EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM x) "
-	"OR EXISTS (SELECT 1 FROM fence_tokens)";
+	"SELECT 1 WHERE EXISTS (SELECT 1 FROM main.t) OR EXISTS (SELECT 1 FROM main.k) "
+	"OR EXISTS (SELECT 1 FROM main.u) OR EXISTS (SELECT 1 FROM main.x) "
+	"OR EXISTS (SELECT 1 FROM main.fence_tokens)";
 	static const char *const unprotectX = "SELECT fence_unprotect('x')";
 	int			rc = SQLITE_OK;
 	size_t		i;
@@ -958,6 +974,7 @@ resetShared(void)
 	cur = &shared;
 	if (!sqlite3_get_autocommit(shared.db))
 		rc = execCached("ROLLBACK");
+	dropShadows();
 	if (rc == SQLITE_OK && xTouched)
 		rc = execCached(unprotectX);
 	xTouched = 0;
@@ -1224,6 +1241,11 @@ static const WriteSql writeSqls[] = {
 	{W_MULTI, "UPDATE %s SET id = id + ?1", 1, 0},
 	{W_MULTI, "DELETE FROM %s", 0, 0},
 	{W_MULTI, "REPLACE INTO %s SELECT id, ?1, v FROM %s", 1, 0},
+	/* every other form of REPLACE (issue 11) */
+	{W_INSERT_OR, "REPLACE INTO %s(id, tok, v) VALUES (?1, ?2, ?3) RETURNING CAST(id AS BLOB)", 3, 1},
+	{W_UPDATE, "UPDATE OR REPLACE %s SET id = ?2 WHERE id = ?1 RETURNING CAST(id AS BLOB)", 2, 0},
+	{W_UPDATE_TOKEN, "UPDATE OR REPLACE %s SET tok = ?2, id = ?3 WHERE id = ?1 RETURNING CAST(id AS BLOB)", 3, 1},
+	{W_UPSERT, "INSERT INTO %s(id, tok, v) VALUES (?1, ?2, ?3) ON CONFLICT(id) DO UPDATE SET id = excluded.id + 1 RETURNING CAST(id AS BLOB)", 3, 0},
 };
 
 #define N_WRITES (sizeof(writeSqls) / sizeof(writeSqls[0]))
@@ -1472,12 +1494,12 @@ opOther(FuzzInput *in)
 		"SELECT fence_reset(?1, ?2)",
 		"SELECT fence_check(?1, ?2), fence_check(?3, ?4)",
 		"SELECT fence_try(?1, ?2), fence_reset(?3), fence_try(?1, ?4)",
-		"SELECT resource, token, fence_current(resource) FROM fence_held",
+		"SELECT resource, token, fence_current(resource) FROM main.fence_held",
 		/* a scan sees the fences it takes: LIMIT keeps it finite */
-		"SELECT fence_check(resource, token + ?1) FROM fence_held LIMIT 20",
-		"SELECT fence_reset(resource) FROM fence_held",
-		"SELECT count(*) FROM (SELECT 1 FROM fence_held WHERE fence_try(resource || ?1, ?2) LIMIT 20)",
-		"SELECT fence_guard_fenced(0, resource) FROM fence_held",
+		"SELECT fence_check(resource, token + ?1) FROM main.fence_held LIMIT 20",
+		"SELECT fence_reset(resource) FROM main.fence_held",
+		"SELECT count(*) FROM (SELECT 1 FROM main.fence_held WHERE fence_try(resource || ?1, ?2) LIMIT 20)",
+		"SELECT fence_guard_fenced(0, resource) FROM main.fence_held",
 	};
 	int			which = in_u8(in) % (sizeof(sqls) / sizeof(sqls[0]));
 	Val			vals[4];
@@ -1501,6 +1523,151 @@ opOther(FuzzInput *in)
 	if (which == 5 || which == 8)
 		rowsAdd(&resetSince, "", 0, 0, NULL);	/* any resource may have been reset */
 	outcomeFree(&o);
+}
+
+/*
+ * ATTACH and tables named like fence's own in TEMP and in an attached
+ * database: fence reads and writes only main's (SPEC.md "No way around the
+ * fence"), so none of this may change main's fences, rows or held set.
+ */
+static void
+opShadow(FuzzInput *in)
+{
+	static const char *const sqls[] = {
+		"ATTACH ':memory:' AS aux",
+		"DETACH DATABASE aux",
+		"CREATE TABLE IF NOT EXISTS aux.fence_tokens(resource TEXT PRIMARY KEY, token, updated_at)",
+		"INSERT OR REPLACE INTO aux.fence_tokens VALUES (?1, ?2, 'aux')",
+		"CREATE TEMP TABLE IF NOT EXISTS fence_tokens(resource, token, updated_at)",
+		"INSERT INTO temp.fence_tokens VALUES (?1, ?2, 'temp')",
+		"CREATE TEMP TABLE IF NOT EXISTS fence_txn(x)",
+		"CREATE TEMP TABLE IF NOT EXISTS fence_held(resource, token)",
+		"INSERT INTO temp.fence_held VALUES (?1, ?2)",
+		"CREATE TABLE IF NOT EXISTS aux.fence_txn(x)",
+		"CREATE TABLE IF NOT EXISTS aux.t(id INTEGER PRIMARY KEY, tok, v)",
+		"INSERT INTO aux.t(tok, v) VALUES (?2, ?1)",
+	};
+	int			which = in_u8(in) % (sizeof(sqls) / sizeof(sqls[0]));
+	Val			vals[2];
+	Outcome		o;
+
+	takeVal(in, &vals[0]);
+	takeVal(in, &vals[1]);
+	shadowed = 1;
+	run(sqls[which], vals, strchr(sqls[which], '?') ? 2 : 0, &o);
+	takeSnap(&post);
+	checkUnchanged(&pre, &post, sqls[which]);
+	outcomeFree(&o);
+}
+
+/* ---------------------------------------------------------------------
+ * Savepoints under allocation failure
+ * ------------------------------------------------------------------ */
+
+static sqlite3_mem_methods defaultMem;
+static long allocCount;
+static long failAt;				/* 0: never */
+
+static void *
+countingMalloc(int n)
+{
+	if (failAt && ++allocCount == failAt)
+		return NULL;
+	return defaultMem.xMalloc(n);
+}
+
+static void *
+countingRealloc(void *p, int n)
+{
+	if (failAt && ++allocCount == failAt)
+		return NULL;
+	return defaultMem.xRealloc(p, n);
+}
+
+static void
+installAllocator(void)
+{
+	sqlite3_mem_methods m;
+
+	sqlite3_config(SQLITE_CONFIG_GETMALLOC, &defaultMem);
+	m = defaultMem;
+	m.xMalloc = countingMalloc;
+	m.xRealloc = countingRealloc;
+	sqlite3_config(SQLITE_CONFIG_MALLOC, &m);
+}
+
+/*
+ * A savepoint that takes fences, by a guard and by fence_check, with one
+ * allocation failing somewhere in it. Whatever failed, once the savepoint
+ * was opened and rolled back to, the state is what it was before (SPEC:
+ * "a savepoint rolled back undoes what it accepted"); out of memory must
+ * never leave the transaction believing it holds what ROLLBACK TO undid.
+ * Then the transaction is ended, so that a transaction fence gave up on
+ * (it refuses everything until it ends) does not trouble the next ops.
+ */
+static void
+opOutOfMemory(FuzzInput *in)
+{
+	static const char *const script[] = {
+		"SAVEPOINT oom1",
+		"SELECT fence_check('r', ?1)",
+		"SAVEPOINT oom2",
+		"INSERT INTO main.t(tok, v) VALUES (?1, 'oom')",
+		"SELECT fence_check('oom', ?2)",
+		"SELECT fence_check('p:' || ?2, ?1)",
+		"ROLLBACK TO oom1",
+		"RELEASE oom1",
+	};
+	long		at = 1 + (long) in_u8(in) * 4 + in_u8(in) % 4;
+	sqlite3_int64 t1 = in_u8(in) % 8;
+	sqlite3_int64 t2 = in_u8(in) % 8;
+	int			rc[8];
+	size_t		i;
+	int			wasAutocommit = pre.autocommit;
+
+	opSql = "savepoints under allocation failure";
+	allocCount = 0;
+	failAt = at;
+	for (i = 0; i < sizeof(script) / sizeof(script[0]); i++)
+	{
+		sqlite3_stmt *stmt = NULL;
+
+		rc[i] = sqlite3_prepare_v2(cur->db, script[i], -1, &stmt, NULL);
+		if (rc[i] == SQLITE_OK)
+		{
+			if (sqlite3_bind_parameter_count(stmt) >= 1)
+				sqlite3_bind_int64(stmt, 1, t1);
+			if (sqlite3_bind_parameter_count(stmt) >= 2)
+				sqlite3_bind_int64(stmt, 2, t2);
+			while ((rc[i] = sqlite3_step(stmt)) == SQLITE_ROW)
+				;
+			if (rc[i] == SQLITE_DONE)
+				rc[i] = SQLITE_OK;
+		}
+		if (tracing())
+			fprintf(stderr, "[%d] %s (allocation %ld of %ld fails) -> %s\n", opIndex, script[i],
+					at, allocCount, rc[i] == SQLITE_OK ? "ok" : sqlite3_errmsg(cur->db));
+		sqlite3_finalize(stmt);
+	}
+	failAt = 0;
+	takeSnap(&post);
+	if (rc[0] == SQLITE_OK && rc[6] == SQLITE_OK)
+	{
+		CHECK(rowsEqualExcept(&pre.tokens, &post.tokens, NULL, 0) && pre.tables == post.tables,
+			  "ROLLBACK TO after allocation %ld failed did not restore fence_tokens or the tables", at);
+		CHECK(rowsEqualExcept(&pre.held, &post.held, NULL, 0),
+			  "ROLLBACK TO after allocation %ld failed left the transaction holding other fences", at);
+	}
+	if (!sqlite3_get_autocommit(cur->db))
+	{
+		sqlite3_exec(cur->db, "ROLLBACK", NULL, NULL, NULL);
+		takeSnap(&post);
+		if (rc[0] == SQLITE_OK && rc[6] == SQLITE_OK && wasAutocommit)
+			CHECK(rowsEqualExcept(&pre.tokens, &post.tokens, NULL, 0) && pre.tables == post.tables,
+				  "ROLLBACK after allocation %ld failed did not restore the state", at);
+	}
+	nSavepoints = 0;
+	opSql = NULL;
 }
 
 /* The committed highest never decreases, except through fence_reset. */
@@ -1546,6 +1713,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		 * main cost of a run (3x fewer execs/s). Must precede initialization.
 		 */
 		sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
+		installAllocator();
 		/* as load_extension would: SQLite passes its API table to the entry point */
 		sqlite3_auto_extension((void (*) (void)) sqlite3_fence_init);
 		registered = 1;
@@ -1582,8 +1750,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			opProtect(&in);
 		else if (op < 26)
 			opTransaction(&in);
-		else
+		else if (op < 30)
 			opOther(&in);
+		else if (op == 30)
+			opShadow(&in);
+		else
+			opOutOfMemory(&in);
 		checkAlways(&post);
 		checkCommitted();
 		swap = pre;

@@ -100,13 +100,14 @@ def text16(n, pattern=b"r\x00"):
 
 OP_CHECK, OP_TRY, OP_GUARD_WRITE, OP_GUARD_WRITE_KEY = 0, 1, 2, 3
 OP_CURRENT, OP_RESET, OP_GUARD_FENCED, OP_GUARD_FENCED_KEY = 4, 5, 6, 7
-OP_WRITE, OP_PROTECT, OP_TXN, OP_OTHER = 8, 17, 18, 26
+OP_WRITE, OP_PROTECT, OP_TXN, OP_OTHER, OP_SHADOW, OP_OOM = 8, 17, 18, 26, 30, 31
 
 WRITES = ["insert", "insert_noid", "insert_or_replace", "insert_or_ignore",
           "upsert_tok", "upsert_v", "upsert_nothing", "update_tok",
           "update_tok_id", "update_tok_tok", "update_v", "update_id", "delete",
           "insert_two", "update_all_tok", "update_all_id", "delete_all",
-          "replace_all"]
+          "replace_all", "replace", "update_or_replace_id", "update_or_replace_tok_id",
+          "upsert_id"]
 TABLES = "tkux"
 TXN = ["BEGIN", "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK",
        "SAVEPOINT s0", "SAVEPOINT s1", "SAVEPOINT s2", "SAVEPOINT fence_protect",
@@ -116,6 +117,9 @@ TXN = ["BEGIN", "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK",
 OTHER = ["check/1", "check/3", "current/0", "reset/2", "check+check",
          "try+reset+try", "held+current", "held:check+", "held:reset",
          "held:try||", "held:fenced"]
+SHADOW = ["attach", "detach", "aux.fence_tokens", "aux.fence_tokens+", "temp.fence_tokens",
+          "temp.fence_tokens+", "temp.fence_txn", "temp.fence_held", "temp.fence_held+",
+          "aux.fence_txn", "aux.t", "aux.t+"]
 PROTECT_TABLES = ["x", "X", "w", "fence_tokens", "sqlite_schema",
                   "sqlite_master", "nosuch", "", "x\\0t", None]
 
@@ -178,6 +182,17 @@ def protect(kind, table, *vals):
 def other(which, *vals):
     vals = list(vals) + [null()] * (4 - len(vals))
     return bytes([OP_OTHER, OTHER.index(which)]) + b"".join(vals)
+
+
+def shadow(which, *vals):
+    vals = list(vals) + [null()] * (2 - len(vals))
+    return bytes([OP_SHADOW, SHADOW.index(which)]) + b"".join(vals)
+
+
+def oom(at, t1, t2):
+    """savepoints under allocation failure: allocation number at (1 + 4a + b)."""
+    a, b = divmod(at - 1, 4)
+    return bytes([OP_OOM, a, b, t1, t2])
 
 
 R, P, P1, P2, U1 = word(b"r"), word(b"p:"), word(b"p:1"), word(b"p:2"), word(b"u:1")
@@ -256,6 +271,24 @@ SQLITE_SEEDS = {
         other("held:fenced"), other("held:reset"), other("check+check", R, int_(1), R, int_(0)),
         other("try+reset+try", R, int_(1), R, int_(0)), txn("COMMIT"),
         other("check/1", R), other("check/3", R), other("current/0"), other("reset/2", R)),
+    "replace_forms": shared(
+        write("insert", "k", int_(1), int_(5), null()), write("insert", "k", int_(2), int_(6), null()),
+        write("replace", "k", int_(1), int_(4), null()), write("replace", "k", int_(1), int_(5), null()),
+        write("update_or_replace_id", "k", int_(1), int_(2)),
+        txn("BEGIN"), check(P1, int_(5)), check(P2, int_(6)),
+        write("update_or_replace_id", "k", int_(1), int_(2)),
+        write("update_or_replace_tok_id", "k", int_(2), int_(7), int_(3)),
+        write("upsert_id", "u", int_(1), int_(3), null()), txn("COMMIT")),
+    "shadowed_names": shared(
+        shadow("attach"), shadow("aux.fence_tokens"), shadow("aux.fence_tokens+", R, int_(1000)),
+        shadow("temp.fence_tokens"), shadow("temp.fence_tokens+", R, int_(1000)),
+        shadow("temp.fence_txn"), shadow("temp.fence_held"), shadow("aux.fence_txn"),
+        shadow("aux.t"), check(R, int_(5)), txn("BEGIN"), check(R, int_(6)),
+        write("update_v", "t", int_(1), word(b"x")), shadow("aux.t+", R, int_(1)),
+        other("held+current"), txn("COMMIT"), check(R, int_(5)), shadow("detach")),
+    "savepoints_out_of_memory": shared(
+        oom(1, 3, 4), oom(40, 3, 4), txn("BEGIN"), check(R, int_(2)), oom(80, 5, 6),
+        check(R, int_(2)), oom(120, 7, 1), txn("COMMIT"), oom(200, 5, 5), oom(400, 6, 2)),
 }
 
 # ---------------------------------------------------------------------------
