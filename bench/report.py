@@ -7,7 +7,7 @@
 Every ratio is a ratio of medians from the same run: a variant's median over
 the unfenced median of the same cell (clients, mode, operation). The spread
 columns give the lowest and highest per-run ratio, paired within a run, as a
-measure of the noise. Targets are those of issue 4; each is reported met or
+measure of the noise. Targets are the project's performance targets; each is reported met or
 missed, never asserted.
 """
 import collections
@@ -282,7 +282,7 @@ class Report:
                         lambda v: v <= 0, f"{x:+d} bytes over {max(d):,} transactions" if x is not None else "")
 
     def targets_table(self):
-        self.w("### Targets (issue 4)")
+        self.w("### Targets")
         self.w()
         self.w("| target | measured | verdict |")
         self.w("|---|---|---|")

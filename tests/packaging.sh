@@ -137,3 +137,27 @@ if git rev-parse --verify -q HEAD >/dev/null 2>&1; then
 else
 	echo "not a git checkout: make dist is not tested"
 fi
+
+# --- the documents a user reads stand on their own: no reference to files or
+# trackers outside the repository, and every relative link leads somewhere
+"$PYTHON" - <<'PYEOF'
+import glob, os, re, sys
+docs = ["README.md", "CHANGELOG.md", "BENCHMARKS.md", "examples/README.md",
+        "tests/lockservice/README.md"] + sorted(glob.glob("docs/*.md"))
+problems = []
+for d in docs:
+    if not os.path.exists(d):
+        continue
+    text = open(d).read()
+    for n, line in enumerate(text.splitlines(), 1):
+        for pat in (r"SPEC\.md", r"\bthe SPEC\b", r"\bissue #?\d+", r"/work/"):
+            if re.search(pat, line, re.I):
+                problems.append("%s:%d refers outside the repository: %s" % (d, n, line.strip()))
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+        if not os.path.exists(os.path.join(os.path.dirname(d), target)):
+            problems.append("%s links to %s, which does not exist" % (d, target))
+for p in problems:
+    print(p)
+sys.exit(1 if problems else 0)
+PYEOF
+report $? "docs: README, docs/, examples/ and the other user documents refer to nothing outside the repository, and their links resolve"
