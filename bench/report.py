@@ -61,6 +61,7 @@ def load(path):
     sq = collections.defaultdict(dict)        # (op, rows, v) -> {run: rate}
     sqmem = collections.defaultdict(list)     # v -> [(txns, bytes)]
     pgmem = collections.defaultdict(dict)     # v -> {(phase, key): kB}
+    bulk = collections.defaultdict(dict)      # (n, cell, v) -> {run: seconds}
     with open(path) as f:
         for line in f:
             p = line.rstrip("\n").split("\t")
@@ -79,13 +80,15 @@ def load(path):
                 sqmem[p[1]].append((int(p[2]), int(p[3])))
             elif p[0] == "pgmem" and len(p) == 5:
                 pgmem[p[1]][(p[2], p[3])] = int(p[4])
-    return info, pg, pgwal, sq, sqmem, pgmem
+            elif p[0] == "bulk" and len(p) == 6 and p[5] not in ("", "NA"):
+                bulk[(int(p[2]), p[3], p[4])][int(p[1])] = float(p[5]) / 1000
+    return info, pg, pgwal, sq, sqmem, pgmem, bulk
 
 
 class Report:
     def __init__(self, path):
         (self.info, self.pg, self.pgwal, self.sq, self.sqmem,
-         self.pgmem) = load(path)
+         self.pgmem, self.bulk) = load(path)
         self.out = []
         self.targets = []
 
@@ -205,6 +208,63 @@ class Report:
             self.w(f"| {label} | " + " | ".join(cells) + " |")
         self.w()
 
+    def bulk_med(self, n, cell, v):
+        return median(list(self.bulk.get((n, cell, v), {}).values()))
+
+    def bulk_rate_ratio(self, n, cell, v, base):
+        """base's time over v's time: v's rate as a fraction of base's (the
+        ratio the pgbench tables use), median, and the per-run spread"""
+        a, b = self.bulk.get((n, cell, v), {}), self.bulk.get((n, cell, base), {})
+        ma, mb = self.bulk_med(n, cell, v), self.bulk_med(n, cell, base)
+        rs = [b[r] / a[r] for r in a if r in b and a[r]]
+        return (mb / ma if ma and mb else None), ((min(rs), max(rs)) if rs else None)
+
+    def bulk_tables(self):
+        sizes = sorted({n for (n, c, v) in self.bulk})
+        if not sizes:
+            return
+        sec = lambda x: "n/a" if x is None else f"{x:.2f} s"
+        spread = lambda sp: "" if sp is None else f" ({sp[0]:.2f}-{sp[1]:.2f})"
+        self.w("### PostgreSQL bulk: one transaction fenced on many per-row resources")
+        self.w()
+        self.w(f"Default `max_locks_per_transaction` ({self.info.get('max_locks_per_transaction', '?')}); "
+               f"median of {self.info.get('bulk_runs', '?')} runs, each one autocommit statement, "
+               "COMMIT included. Ratios are rates (the other variant's time over fenced's time, so "
+               "below 1 is slower), medians, with the lowest-highest per-run ratio in brackets.")
+        self.w()
+        self.w("| cell | rows | unfenced | floor: C trigger | fenced | fenced / unfenced | fenced / floor | fenced rows/s |")
+        self.w("|---|---|---|---|---|---|---|---|")
+        for n in sizes:
+            p, f, fl = (self.bulk_med(n, "update", v) for v in ("plain", "fenced", "floor"))
+            if f is not None:
+                r1, s1 = self.bulk_rate_ratio(n, "update", "fenced", "plain")
+                r2, s2 = self.bulk_rate_ratio(n, "update", "fenced", "floor")
+                self.w(f"| UPDATE of every row, equal tokens (per-row resources at their highest) | {n:,} | "
+                       f"{sec(p)} | {sec(fl)} | {sec(f)} | {fmt_ratio(r1)}{spread(s1)} | "
+                       f"{fmt_ratio(r2)}{spread(s2)} | {fmt_rate(n / f)} |")
+        for n in sizes:
+            p, f = (self.bulk_med(n, "insert", v) for v in ("plain", "fenced"))
+            if f is not None:
+                r1, s1 = self.bulk_rate_ratio(n, "insert", "fenced", "plain")
+                self.w(f"| INSERT of new rows, a new resource each (an advance per row) | {n:,} | "
+                       f"{sec(p)} | | {sec(f)} | {fmt_ratio(r1)}{spread(s1)} | | {fmt_rate(n / f)} |")
+        self.w()
+        self.w("| cell | calls | PL/pgSQL loop alone | with fence_check | fence_check, net per call |")
+        self.w("|---|---|---|---|---|")
+        for n in sizes:
+            l, f = self.bulk_med(n, "check", "loop"), self.bulk_med(n, "check", "fenced")
+            if f is not None:
+                net = f"{(f - l) / n * 1e6:.2f} us" if l is not None else "n/a"
+                self.w(f"| fence_check in a loop, a different resource each call, at its highest | {n:,} | "
+                       f"{sec(l)} | {sec(f)} | {net} |")
+        for n in sizes:
+            f = self.bulk_med(n, "advance1", "fenced")
+            if f is not None:
+                runs = sorted(self.bulk[(n, "advance1", "fenced")].values())
+                self.w(f"| one resource advanced every call (fence_check in a loop) | {n:,} | | {sec(f)} "
+                       f"({runs[0]:.2f}-{runs[-1]:.2f}) | {f / n * 1e6:.2f} us per advance, loop included |")
+        self.w()
+
     def memory(self):
         if self.pgmem:
             self.w(f"### Memory")
@@ -298,6 +358,7 @@ class Report:
         self.targets_table()
         self.pg_table("update", PG_UPDATE, "UPDATE by primary key")
         self.pg_table("insert", PG_INSERT, "INSERT")
+        self.bulk_tables()
         self.sqlite_table()
         self.memory()
         self.w(END)

@@ -22,7 +22,13 @@
 #
 # Knobs (environment): BENCH_RUNS, BENCH_SECONDS (PostgreSQL seconds per
 # cell), BENCH_SQLITE_RUNS, BENCH_SQLITE_SCALE, BENCH_MEM_WRITES,
-# BENCH_SQLITE_MEM_TXNS.
+# BENCH_SQLITE_MEM_TXNS, BENCH_BULK_ROWS (the sizes of the PostgreSQL bulk
+# cells), BENCH_BULK_RUNS, and BENCH_PARTS (a subset of "sqlite pg bulk
+# mem"; a full run of fewer parts writes bench/results/report.md only and
+# leaves BENCHMARKS.md alone).
+#
+# The before/after comparison of two builds of the PostgreSQL fence is a
+# script of its own: bench/pg_before_after.sh.
 set -u
 
 QUICK=0
@@ -46,6 +52,8 @@ if [ $QUICK -eq 1 ]; then
 	SQLITE_MEM_TXNS=${BENCH_SQLITE_MEM_TXNS:-20000}
 	CLIENTS="1 8"
 	MODES="one"
+	BULK_ROWS=${BENCH_BULK_ROWS:-20000}
+	BULK_RUNS=${BENCH_BULK_RUNS:-2}
 else
 	RUNS=${BENCH_RUNS:-5}
 	SECONDS_PER_CELL=${BENCH_SECONDS:-3}
@@ -55,7 +63,13 @@ else
 	SQLITE_MEM_TXNS=${BENCH_SQLITE_MEM_TXNS:-200000}
 	CLIENTS="1 4 8"
 	MODES="one own"
+	BULK_ROWS=${BENCH_BULK_ROWS:-100000 1000000}
+	BULK_RUNS=${BENCH_BULK_RUNS:-3}
 fi
+PARTS=${BENCH_PARTS:-sqlite pg bulk mem}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+ALL_PARTS=1
+for p in sqlite pg bulk mem; do part $p || ALL_PARTS=0; done
 
 if [ -n "${MAKELEVEL:-}" ]; then
 	COMMAND="make bench$([ $QUICK -eq 1 ] && echo -quick)"
@@ -63,8 +77,8 @@ else
 	COMMAND="bash bench/run.sh$([ $QUICK -eq 1 ] && echo ' --quick')"
 fi
 for knob in BENCH_RUNS BENCH_SECONDS BENCH_SQLITE_RUNS BENCH_SQLITE_SCALE \
-	BENCH_MEM_WRITES BENCH_SQLITE_MEM_TXNS; do
-	[ -n "${!knob:-}" ] && COMMAND="$knob=${!knob} $COMMAND"
+	BENCH_MEM_WRITES BENCH_SQLITE_MEM_TXNS BENCH_BULK_ROWS BENCH_BULK_RUNS BENCH_PARTS; do
+	[ -n "${!knob:-}" ] && COMMAND="$knob='${!knob}' $COMMAND"
 done
 
 RESULTS=$BENCH_DIR/results
@@ -98,6 +112,9 @@ record info sqlite_runs "$SQLITE_RUNS"
 record info sqlite_scale "$SQLITE_SCALE"
 record info mem_writes "$MEM_WRITES"
 record info sqlite_mem_txns "$SQLITE_MEM_TXNS"
+record info bulk_rows "$BULK_ROWS"
+record info bulk_runs "$BULK_RUNS"
+record info parts "$PARTS"
 
 # ---------------------------------------------------------------------------
 # SQLite
@@ -105,19 +122,21 @@ record info sqlite_mem_txns "$SQLITE_MEM_TXNS"
 WORK=$(mktemp -d /tmp/fence-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 
-say "building sqlite_ext/fence.so and the SQLite driver"
-make -s sqlite_ext/fence.so >>"$LOG" 2>&1 || { say "cannot build sqlite_ext/fence.so (see $LOG)"; exit 1; }
-${CC:-cc} -O2 -g -Wall -Wextra -o "$WORK/sqlite_bench" bench/sqlite_bench.c -lsqlite3 >>"$LOG" 2>&1 ||
-	{ say "cannot build bench/sqlite_bench.c (see $LOG)"; exit 1; }
-mkdir -p "$WORK/sqlite"
-say "SQLite: $SQLITE_RUNS runs of 4 cells x 4 variants, then memory over $SQLITE_MEM_TXNS transactions"
-if ! "$WORK/sqlite_bench" "$FENCE_ROOT/sqlite_ext/fence.so" "$WORK/sqlite" "$SQLITE_RUNS" \
-	"$SQLITE_SCALE" "$SQLITE_MEM_TXNS" >"$WORK/sqlite.out" 2>>"$LOG"; then
-	say "the SQLite benchmark failed (see $LOG)"
-	exit 1
+if part sqlite; then
+	say "building sqlite_ext/fence.so and the SQLite driver"
+	make -s sqlite_ext/fence.so >>"$LOG" 2>&1 || { say "cannot build sqlite_ext/fence.so (see $LOG)"; exit 1; }
+	${CC:-cc} -O2 -g -Wall -Wextra -o "$WORK/sqlite_bench" bench/sqlite_bench.c -lsqlite3 >>"$LOG" 2>&1 ||
+		{ say "cannot build bench/sqlite_bench.c (see $LOG)"; exit 1; }
+	mkdir -p "$WORK/sqlite"
+	say "SQLite: $SQLITE_RUNS runs of 4 cells x 4 variants, then memory over $SQLITE_MEM_TXNS transactions"
+	if ! "$WORK/sqlite_bench" "$FENCE_ROOT/sqlite_ext/fence.so" "$WORK/sqlite" "$SQLITE_RUNS" \
+		"$SQLITE_SCALE" "$SQLITE_MEM_TXNS" >"$WORK/sqlite.out" 2>>"$LOG"; then
+		say "the SQLite benchmark failed (see $LOG)"
+		exit 1
+	fi
+	sed 's/^sqliteversion\t/info\tsqlite\t/' "$WORK/sqlite.out" >>"$RAW"
+	rm -rf "$WORK/sqlite"
 fi
-sed 's/^sqliteversion\t/info\tsqlite\t/' "$WORK/sqlite.out" >>"$RAW"
-rm -rf "$WORK/sqlite"
 
 # ---------------------------------------------------------------------------
 # PostgreSQL
@@ -227,7 +246,8 @@ for c in $CLIENTS; do
 		done
 	done
 done
-say "PostgreSQL: $RUNS runs of $ncells cells, ${SECONDS_PER_CELL} s each (about $((RUNS * ncells * (SECONDS_PER_CELL + 1) / 60 + 1)) min)"
+part pg && say "PostgreSQL: $RUNS runs of $ncells cells, ${SECONDS_PER_CELL} s each (about $((RUNS * ncells * (SECONDS_PER_CELL + 1) / 60 + 1)) min)"
+part pg &&
 for run in $(seq 1 "$RUNS"); do
 	psql -X -q -c CHECKPOINT 2>>"$LOG"
 	for c in $CLIENTS; do
@@ -246,13 +266,78 @@ for run in $(seq 1 "$RUNS"); do
 done
 
 # ---------------------------------------------------------------------------
+# Bulk: one transaction fenced on many per-row resources (issue 10), under
+# the server's default max_locks_per_transaction. For each size N, the
+# tables of bench/pg/bulk.sql, then BULK_RUNS runs of:
+#   update   UPDATE of all N rows, equal tokens: unfenced, the C-trigger
+#            floor, fenced per row (N resources already at 5)
+#   insert   INSERT of N new rows, each a new per-row resource (an advance
+#            per row): unfenced, fenced
+#   check    a PL/pgSQL loop of N fence_check calls on N resources at their
+#            highest; "loop" is the same loop with fence_check replaced by
+#            the same expression without it
+#   advance1 one resource advanced N times in one transaction (fence_check
+#            in a PL/pgSQL loop), written once before commit
+# The variants of a cell run back to back, their order rotating between runs.
+# Each time is one autocommit statement, COMMIT included (psql \timing).
+# ---------------------------------------------------------------------------
+bulk_sql() {	# bulk_sql CELL VARIANT N -> the statement measured
+	case $1/$2 in
+		update/*) echo "UPDATE bu_$2 SET n = n + 1, tok = 5" ;;
+		insert/*) echo "INSERT INTO bi_$2 SELECT g, 0, 5 FROM generate_series(1, $3) g" ;;
+		check/fenced) echo "DO \$\$ BEGIN FOR i IN 1 .. $3 LOOP PERFORM fence_check('c-' || i, 5); END LOOP; END \$\$" ;;
+		check/loop) echo "DO \$\$ BEGIN FOR i IN 1 .. $3 LOOP PERFORM ('c-' || i, 5); END LOOP; END \$\$" ;;
+		advance1/fenced) echo "DO \$\$ DECLARE h bigint := fence_current('a1'); BEGIN FOR i IN 1 .. $3 LOOP PERFORM fence_check('a1', h + i); END LOOP; END \$\$" ;;
+	esac
+}
+bulk_prepare() {	# bulk_prepare CELL VARIANT: what runs, untimed, before the cell
+	case $1/$2 in
+		update/*) echo "VACUUM bu_$2;" ;;
+		insert/plain) echo "TRUNCATE bi_plain;" ;;
+		insert/fenced) echo "SELECT fence_unprotect('bi_fenced'); TRUNCATE bi_fenced;
+			DELETE FROM fence_tokens WHERE resource LIKE 'bi-%'; VACUUM fence_tokens;
+			SELECT fence_protect('bi_fenced', 'tok', 'bi-', 'id');" ;;
+		advance1/*) echo "VACUUM fence_tokens;" ;;
+	esac
+}
+bulk_cell() {	# bulk_cell RUN N CELL VARIANT
+	local run=$1 n=$2 cell=$3 v=$4 out ms
+	bulk_prepare "$cell" "$v" | psql -X -q -f - >/dev/null 2>>"$LOG"
+	psql -X -q -c CHECKPOINT 2>>"$LOG"
+	out=$(printf '\\timing on\n%s;\n' "$(bulk_sql "$cell" "$v" "$n")" | psql -X -q -v ON_ERROR_STOP=1 -f - 2>&1)
+	ms=$(echo "$out" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -1)
+	if [ -z "$ms" ] || echo "$out" | grep -q ERROR; then
+		say "bulk cell failed: $n rows, $cell, $v: $(echo "$out" | grep -m1 ERROR)"
+		echo "$out" >>"$LOG"
+		ms=NA
+	fi
+	record bulk "$run" "$n" "$cell" "$v" "$ms"
+}
+if part bulk; then
+	record info max_locks_per_transaction "$(psql -X -At -c 'SHOW max_locks_per_transaction')"
+	for n in $BULK_ROWS; do
+		say "PostgreSQL bulk: $n rows, creating the tables"
+		psql -X -q -v rows="$n" -f bench/pg/bulk.sql >/dev/null 2>>"$LOG" ||
+			{ say "bench/pg/bulk.sql failed for $n rows (see $LOG)"; exit 1; }
+		for run in $(seq 1 "$BULK_RUNS"); do
+			for v in $(rotate "$run" plain floor fenced); do bulk_cell "$run" "$n" update "$v"; done
+			for v in $(rotate "$run" plain fenced); do bulk_cell "$run" "$n" insert "$v"; done
+			for v in $(rotate "$run" loop fenced); do bulk_cell "$run" "$n" check "$v"; done
+			bulk_cell "$run" "$n" advance1 fenced
+			say "bulk $n rows: run $run of $BULK_RUNS done ($(($(date +%s) - STARTED)) s)"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------------------
 # Memory: one backend, MEM_WRITES single-row writes over 10000 rows, each its
 # own transaction; fenced per row (10000 resources). Both backends first run
 # the same warm-up (20000 writes of each kind, so that both have touched the
 # same shared buffers and lock table), then their peak RSS (VmHWM) is reset
 # and the measured run is of one kind only.
 # ---------------------------------------------------------------------------
-say "PostgreSQL memory: $MEM_WRITES writes per backend"
+part mem && say "PostgreSQL memory: $MEM_WRITES writes per backend"
+part mem &&
 for v in plain fenced; do
 	psql -X -q -At 2>>"$LOG" <<SQL | sed "s/^/pgmem\t$v\t/" >>"$RAW"
 SELECT pg_backend_pid() AS pid \gset
@@ -274,6 +359,10 @@ say "done in $(($(date +%s) - STARTED)) s; raw results in ${RAW#$FENCE_ROOT/}"
 if [ $QUICK -eq 1 ]; then
 	"$PYTHON" bench/report.py "$RAW" >"$RESULTS/quick.md" || exit 1
 	cat "$RESULTS/quick.md"
+elif [ $ALL_PARTS -eq 0 ]; then
+	"$PYTHON" bench/report.py "$RAW" >"$RESULTS/report.md" || exit 1
+	cat "$RESULTS/report.md"
+	say "BENCHMARKS.md left alone: BENCH_PARTS is not every part"
 else
 	"$PYTHON" bench/report.py "$RAW" >"$RESULTS/report.md" || exit 1
 	"$PYTHON" bench/report.py --splice BENCHMARKS.md "$RESULTS/report.md" || exit 1
