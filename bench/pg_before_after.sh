@@ -158,11 +158,15 @@ cg_run() {	# cg_run BUILD FILE -> total instructions (Ir)
 	fi
 	sed -n 's/^\(summary\|totals\): *\([0-9]*\).*/\2/p' "$W/$b/cg.out" | head -1
 }
-CG_TABLES="u_plain u_floor u_fenced o_plain o_fenced"
+# "u_plain+loaded": unfenced UPDATEs in a backend that has loaded fence.so
+# (one fenced UPDATE first), which pays fence's executor hooks on every
+# statement.
+CG_TABLES="u_plain u_plain+loaded u_floor u_fenced o_plain o_fenced"
 say "callgrind: $CG_WARM + $CG_N single-user UPDATEs per table, tables $CG_TABLES, both builds"
 for t in $CG_TABLES; do
-	stmts $t "$CG_WARM" 1 >"$W/$t.warm.sql"
-	{ cat "$W/$t.warm.sql"; stmts $t "$CG_N" 2; } >"$W/$t.all.sql"
+	{ case $t in *+loaded) echo "UPDATE u_fenced SET n = n + 1, tok = 5 WHERE id = 1" ;; esac
+	  stmts ${t%+loaded} "$CG_WARM" 1; } >"$W/$t.warm.sql"
+	{ cat "$W/$t.warm.sql"; stmts ${t%+loaded} "$CG_N" 2; } >"$W/$t.all.sql"
 	chmod 644 "$W/$t.warm.sql" "$W/$t.all.sql"
 	for b in old new; do
 		a=$(cg_run $b "$W/$t.warm.sql") && z=$(cg_run $b "$W/$t.all.sql") || exit 1
@@ -241,9 +245,10 @@ print()
 print("| table | old | new | new - old | new / old | fence's cost over unfenced, old -> new |")
 print("|---|---|---|---|---|---|")
 label = {"u_plain": "unfenced (one-resource table)", "u_floor": "floor: C trigger",
+         "u_plain+loaded": "unfenced, in a backend that has loaded fence",
          "u_fenced": "fenced, one resource", "o_plain": "unfenced (per-row table)",
          "o_fenced": "fenced per row, one resource per client"}
-for t in ("u_plain", "u_floor", "u_fenced", "o_plain", "o_fenced"):
+for t in ("u_plain", "u_plain+loaded", "u_floor", "u_fenced", "o_plain", "o_fenced"):
     o, n = cg.get(("old", t)), cg.get(("new", t))
     if o is None or n is None:
         continue
