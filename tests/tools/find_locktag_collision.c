@@ -12,7 +12,7 @@
  * make check:
  *
  *   cc -O2 -o /tmp/collide tests/tools/find_locktag_collision.c \
- *      $(pg_config --libdir)/libpgcommon.a $(pg_config --libdir)/libpgport.a
+ *      $(pg_config --pkglibdir)/libpgcommon.a $(pg_config --pkglibdir)/libpgport.a
  */
 #include <stdio.h>
 #include <stdint.h>
