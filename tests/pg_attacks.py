@@ -254,6 +254,21 @@ def attack_scale(conn):
     ok(state is None and one(conn, "SELECT count(*) FROM fence_tokens") == SCALE,
        "one INSERT advances %d per-row resources in one transaction" % SCALE,
        "got %s in %.1f s" % (state, time.time() - t0))
+    conn.execute("CREATE TABLE big_copy (id bigint PRIMARY KEY, bal int, tok bigint)")
+    conn.execute("SELECT fence_protect('big_copy', 'tok', 'bigc:', 'id')")
+    t0 = time.time()
+    try:
+        with conn.transaction():
+            with conn.cursor().copy("COPY big_copy FROM STDIN") as cp:
+                for i in range(1, SCALE + 1):
+                    cp.write_row((i, 0, 3))
+        state = None
+    except psycopg.Error as e:
+        state = e.sqlstate
+    ok(state is None and one(conn, "SELECT count(*) FROM fence_tokens WHERE resource LIKE 'bigc:%'") == SCALE,
+       "one COPY advances %d per-row resources in one transaction" % SCALE,
+       "got %s in %.1f s" % (state, time.time() - t0))
+    conn.execute("DROP TABLE big_copy")
     other_ok = []
 
     def other_session():
