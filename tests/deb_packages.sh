@@ -22,14 +22,24 @@ fi
 work=$(mktemp -d /tmp/fence-deb.XXXXXX)
 chmod 755 "$work"
 PKGS="postgresql-15-fence libsqlite3-mod-fence"
-installed_before=$(dpkg-query -W -f '${db:Status-Status} ${Package}\n' $PKGS 2>/dev/null | grep -c '^installed ')
+installed_before=1	# until known (under the lock, below): never remove what we did not install
+# apt-get of another test (install_deps) may hold dpkg's lock for a while
+dpkg_waiting() {	# dpkg_waiting ARGS...: dpkg, retried while another dpkg or apt holds its lock
+	local i
+	for i in $(seq 1 60); do
+		dpkg "$@" >"$work/dpkg.log" 2>&1 && return 0
+		grep -qi 'lock' "$work/dpkg.log" || return 1
+		sleep 2
+	done
+	return 1
+}
 pg_pid=
 cleanup() {
 	if [ -n "$pg_pid" ] && [ -d "$work/data" ]; then
 		runuser -u postgres -- "$(pg_config --bindir)/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null 2>&1
 	fi
 	if [ "$installed_before" -eq 0 ]; then
-		dpkg -r $PKGS >/dev/null 2>&1
+		dpkg_waiting -r $PKGS
 	fi
 	rm -rf "$work"
 }
@@ -51,18 +61,23 @@ report $? "debian: dpkg-buildpackage builds postgresql-15-fence and libsqlite3-m
 [ -f "$pg_deb" ] && [ -f "$sq_deb" ] || exit 1
 
 # --- what the packages hold
-dpkg-deb -c "$pg_deb" | grep -q ' \./usr/lib/postgresql/15/lib/fence\.so$' &&
-	dpkg-deb -c "$pg_deb" | grep -q ' \./usr/share/postgresql/15/extension/fence\.control$' &&
-	dpkg-deb -c "$sq_deb" | grep -q ' \./usr/lib/sqlite3/fence\.so$' &&
-	dpkg-deb -c "$pg_deb" | grep -q ' \./usr/share/doc/postgresql-15-fence/copyright$'
+dpkg-deb -c "$pg_deb" >"$work/pg.list" && dpkg-deb -c "$sq_deb" >"$work/sq.list" &&
+	grep -q ' \./usr/lib/postgresql/15/lib/fence\.so$' "$work/pg.list" &&
+	grep -q ' \./usr/share/postgresql/15/extension/fence\.control$' "$work/pg.list" &&
+	grep -q ' \./usr/share/doc/postgresql-15-fence/copyright$' "$work/pg.list" &&
+	grep -q ' \./usr/lib/sqlite3/fence\.so$' "$work/sq.list"
 report $? "debian: the packages hold the PostgreSQL extension, /usr/lib/sqlite3/fence.so and the copyright"
 
+# Held until this script exits (its EXIT trap included): another run's
+# install, smoke test and removal never interleave with ours.
 exec 9>/tmp/fence-deb-test.lock
 flock -w 600 9 || { report 1 "debian: wait for another run's package test"; exit 1; }
+installed_before=$(dpkg-query -W -f '${db:Status-Status} ${Package}\n' $PKGS 2>/dev/null | grep -c '^installed ')
 
 # --- install them
-dpkg -i "$pg_deb" "$sq_deb" >"$work/install.log" 2>&1
+dpkg_waiting -i "$pg_deb" "$sq_deb"
 st=$?
+cp "$work/dpkg.log" "$work/install.log"
 [ $st -ne 0 ] && cat "$work/install.log"
 dpkg -S /usr/lib/postgresql/15/lib/fence.so 2>/dev/null | grep -q '^postgresql-15-fence:' &&
 	dpkg -S /usr/lib/sqlite3/fence.so 2>/dev/null | grep -q '^libsqlite3-mod-fence:'
