@@ -567,8 +567,9 @@ resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 	msg = saved[0] ? saved : sqlite3_errmsg(conn->db);
 	if (rc == FENCE_RC_BROKEN)
 	{
+		/* SQLITE_ERROR, not SQLITE_NOMEM: clients drop the message of the latter */
 		sqlite3_result_error(ctx, FENCE_BROKEN_MSG, -1);
-		sqlite3_result_error_code(ctx, SQLITE_NOMEM);
+		sqlite3_result_error_code(ctx, SQLITE_ERROR);
 		return;
 	}
 	if (rc == FENCE_RC_SHADOWED)

@@ -379,7 +379,7 @@ heldSync(sqlite3_vtab *pVtab)
 		return SQLITE_OK;
 	sqlite3_free(pVtab->zErrMsg);
 	pVtab->zErrMsg = sqlite3_mprintf("%s", FENCE_BROKEN_MSG);
-	return SQLITE_NOMEM;
+	return SQLITE_ERROR;
 }
 
 /* fence_held: what the transaction holds, for people to read */

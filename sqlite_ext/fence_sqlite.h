@@ -105,7 +105,8 @@ int			sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 
 /*
  * Out of memory while fence tracked the transaction's fences: it fails
- * closed, refusing every accept and guard and its commit until it ends.
+ * closed, refusing every accept and guard and its commit until it ends
+ * (SQLITE_ERROR with this message: Python's MemoryError would drop it).
  */
 #define FENCE_BROKEN_MSG \
 	"fence: out of memory while tracking this transaction's fences; it can take " \

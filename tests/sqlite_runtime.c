@@ -333,6 +333,16 @@ typedef struct Txn
 } Txn;
 
 static const Txn workload[] = {
+	/*
+	 * The connection's first fence, so that joining the transaction must
+	 * allocate the savepoint marks; the application retries after an error
+	 * inside the unit, then undoes the unit.
+	 */
+	{0, {
+		{{"SAVEPOINT s1", "SELECT fence_check('r', 12)", "SELECT fence_check('r', 12)"},
+		 UNIT_GO_ON_AND_UNDO},
+		{{"UPDATE t SET v = 'unfenced-9' WHERE id = 1"}, 0},
+	}},
 	{0, {{{"SELECT fence_check('p', 1)"}, 0}}},
 	/* the first fence of a transaction taken by a guard, deep in savepoints */
 	{0, {
