@@ -54,6 +54,8 @@ if [ "$what" = check ]; then
 	has command -v setpriv || need+=(util-linux)
 	# tests/pg_cache_race.py stops a backend at a breakpoint
 	has command -v gdb || need+=(gdb)
+	# tests/pg_pgbouncer.py: fence behind transaction pooling
+	has test -x /usr/sbin/pgbouncer || need+=(pgbouncer)
 	# examples/ in C: libpq's headers and library
 	has test -e /usr/include/postgresql/libpq-fe.h || need+=(libpq-dev)
 	# tests/deb_packages.sh: dpkg-buildpackage with debhelper and pg_buildext

@@ -73,7 +73,16 @@ fi
 # From a directory the postgres user can enter: the checkout may be one it
 # cannot (root's clone in /root, a mktemp -d), and the tools these tests run
 # as postgres (pg_dump, pg_restore, pg_ctl) warn from such a cwd.
+# A script that dies (a traceback, a crashed server) before saying "not ok"
+# must still count as a failure: its exit status is reported too.
 for t in tests/pg_*.py; do
-	[ -e "$t" ] && (cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/$t")
+	[ -e "$t" ] || continue
+	out=$(mktemp)
+	(cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/$t") 2>&1 | tee "$out"
+	status=${PIPESTATUS[0]}
+	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$out"; then
+		echo "not ok - $(basename "$t") exited with status $status before reporting a failure"
+	fi
+	rm -f "$out"
 done
 exit 0
