@@ -215,8 +215,9 @@ checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: \"%s\".\"%s\" names a fence guard "
 								   "function but is not a guard trigger that fence_protect "
-								   "created; a view or trigger other than fence's own must "
-								   "not call fence_guard_write or fence_guard_fenced (drop it)",
+								   "created; only fence's own guard triggers may call "
+								   "fence_guard_write, fence_guard_fenced or fence_guard_ready "
+								   "(drop it)",
 								   zSchema, (const char *) sqlite3_column_text(stmt, 0)));
 		else if (rc != SQLITE_DONE)
 			refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\": %s",
@@ -304,7 +305,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   "for %s \"%s\", not for the one this call names; run "
 							   "fence_protect again", (long long) id,
 							   (const char *) sqlite3_column_text(stmt, 3),
-							   bKeyed ? "resource prefix" : "resource",
+							   sqlite3_column_int(stmt, 1) ? "resource prefix" : "resource",
 							   (const char *) sqlite3_column_text(stmt, 0)));
 	else if (strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0)
 		ok = 1;					/* one resource: a replaced row is under it too */
