@@ -17,14 +17,18 @@ ALTER TABLE fence_tokens ENABLE ALWAYS TRIGGER fence_tokens_changed_row;
 -- 2. Partitions and inheritance children. fence_protect guards every table
 -- below the protected one; this event trigger guards those created,
 -- attached, inherited or detached later with the same arguments
--- (pg_ext/fence_trigger.c). An error in it undoes the DDL command.
+-- (pg_ext/fence_trigger.c), including tables created by CREATE SCHEMA ...
+-- CREATE TABLE; and it undoes a CREATE [OR REPLACE] TRIGGER of the guard's
+-- names by anyone but fence_protect (the TRIGGER privilege is enough for
+-- it). An error in it undoes the DDL command.
 -- ENABLE ALWAYS: session_replication_role must not silence it.
 CREATE FUNCTION fence_guard_hierarchy() RETURNS event_trigger
 	AS 'MODULE_PATHNAME', 'fence_guard_hierarchy' LANGUAGE C;
 COMMENT ON FUNCTION fence_guard_hierarchy() IS
 	'event trigger of fence: guards new partitions and children of protected tables';
 CREATE EVENT TRIGGER fence_guard_hierarchy ON ddl_command_end
-	WHEN TAG IN ('CREATE TABLE', 'CREATE FOREIGN TABLE', 'ALTER TABLE')
+	WHEN TAG IN ('CREATE TABLE', 'CREATE FOREIGN TABLE', 'ALTER TABLE',
+				 'ALTER FOREIGN TABLE', 'CREATE SCHEMA', 'CREATE TRIGGER')
 	EXECUTE FUNCTION fence_guard_hierarchy();
 ALTER EVENT TRIGGER fence_guard_hierarchy ENABLE ALWAYS;
 

@@ -364,6 +364,8 @@ fence_accept(const char *resource, size_t len, int64 token)
 	 */
 	if (held >= 0 && held < token && fence_written_token(resource, len) >= 0)
 	{
+		/* SET LOCAL transaction_read_only may have come since the write */
+		PreventCommandIfReadOnly("fence_check()");
 		fence_hold(resource, len, token);
 		return outcome;
 	}

@@ -40,6 +40,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/event_trigger.h"
 #include "commands/trigger.h"
@@ -137,8 +138,8 @@ check_key_type(Relation rel, const char *column, Oid type, Oid collation)
 						 errmsg("key column \"%s\" of \"%s\" cannot name a fence: its collation is nondeterministic",
 								column, RelationGetRelationName(rel)),
 						 errdetail("Keys that the collation treats as equal would be fenced as different resources."),
-						 errhint("Use a deterministic collation for the key column, e.g. a generated "
-								 "column holding lower(key).")));
+						 errhint("Use a deterministic collation for the key column, e.g. an ordinary "
+								 "column the application fills with lower(key).")));
 			break;
 		default:
 			ok = false;
@@ -152,7 +153,61 @@ check_key_type(Relation rel, const char *column, Oid type, Oid collation)
 				 errdetail("A per-row resource must not depend on session settings or on an equality "
 						   "other than that of its text: the key must be smallint, integer, bigint, "
 						   "text, varchar, char, uuid, inet or cidr."),
-				 errhint("Protect with a key of one of these types, e.g. a generated column.")));
+				 errhint("Protect with a key of one of these types, e.g. an ordinary column the "
+						 "application fills with the key's text.")));
+}
+
+/*
+ * A generated column is computed after every BEFORE trigger: the guard
+ * would judge the row by the old value (an UPDATE of the column it is
+ * generated from moved the token or key unchecked) or see NULL. Refused as
+ * token or key, at protect time and at every use.
+ */
+static void
+check_not_generated(Relation rel, Form_pg_attribute att)
+{
+	if (att->attgenerated != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("column \"%s\" of \"%s\" is generated and cannot be a fence's token or key",
+						NameStr(att->attname), RelationGetRelationName(rel)),
+				 errdetail("Generated columns are computed after BEFORE triggers, so the guard "
+						   "would judge the row by their old values."),
+				 errhint("Use an ordinary column that the application writes.")));
+}
+
+/*
+ * BEFORE ROW triggers fire in the order of their names. One that fires
+ * after the guard could change the key or the token after the check (a
+ * normalising trigger writing lower(NEW.id), or one planted by a role
+ * granted TRIGGER): while one exists, the guard refuses every write.
+ */
+static void
+check_no_later_before_trigger(Relation rel, const Trigger *guard)
+{
+	TriggerDesc *trigdesc = rel->trigdesc;
+
+	if (trigdesc == NULL || !TRIGGER_FOR_ROW(guard->tgtype))
+		return;
+	for (int i = 0; i < trigdesc->numtriggers; i++)
+	{
+		const Trigger *t = &trigdesc->triggers[i];
+
+		if (t->tgoid == guard->tgoid || t->tgenabled == TRIGGER_DISABLED ||
+			!TRIGGER_FOR_ROW(t->tgtype) || !TRIGGER_FOR_BEFORE(t->tgtype) ||
+			!(TRIGGER_FOR_INSERT(t->tgtype) || TRIGGER_FOR_UPDATE(t->tgtype)))
+			continue;
+		if (strcmp(t->tgname, guard->tgname) > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("trigger \"%s\" on \"%s\" fires after the fence's guard",
+							t->tgname, RelationGetRelationName(rel)),
+					 errdetail("BEFORE ROW triggers fire in name order; one that fires after "
+							   "\"%s\" could change the key or the token after the check.",
+							   guard->tgname),
+					 errhint("Rename the trigger so that its name sorts before \"%s\" "
+							 "(ALTER TRIGGER ... RENAME TO), or drop it.", guard->tgname)));
+	}
 }
 
 static void
@@ -198,6 +253,8 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	else
 		fence_validate_resource(trigger->tgargs[1], strlen(trigger->tgargs[1]));
 
+	check_no_later_before_trigger(trigdata->tg_relation, trigger);
+
 	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
 	spec = palloc0(sizeof(GuardSpec));
 	spec->trigger = trigger->tgoid;
@@ -215,6 +272,7 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 					 errhint("Protect the table again with fence_protect().")));
 		spec->tokenType = TupleDescAttr(desc, spec->tokenAttnum - 1)->atttypid;
 		check_token_type(trigdata->tg_relation, spec->tokenColumn, spec->tokenType, false);
+		check_not_generated(trigdata->tg_relation, TupleDescAttr(desc, spec->tokenAttnum - 1));
 	}
 	if (trigger->tgargs[2][0])
 	{
@@ -230,6 +288,7 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 		att = TupleDescAttr(desc, spec->keyAttnum - 1);
 		check_key_type(trigdata->tg_relation, trigger->tgargs[2], att->atttypid,
 					   att->attcollation);
+		check_not_generated(trigdata->tg_relation, att);
 		spec->keyCollation = att->attcollation;
 		prepare_key_cast(att->atttypid, &spec->keyPath, &castFunc);
 		if (OidIsValid(castFunc))
@@ -628,14 +687,29 @@ qualified_name_of(Oid relid)
 									  get_rel_name(relid));
 }
 
+/*
+ * True while fence itself creates or drops guard triggers: the event
+ * trigger refuses a CREATE TRIGGER of a guard's name by anyone else.
+ */
+static bool fenceOwnDdl = false;
+
 static void
 run_ddl(const char *sql)
 {
-	int			rc;
+	volatile int rc;
 
 	if ((rc = SPI_connect()) != SPI_OK_CONNECT)
 		elog(ERROR, "fence: SPI_connect failed: %s", SPI_result_code_string(rc));
-	rc = SPI_execute(sql, false, 0);
+	fenceOwnDdl = true;
+	PG_TRY();
+	{
+		rc = SPI_execute(sql, false, 0);
+	}
+	PG_FINALLY();
+	{
+		fenceOwnDdl = false;
+	}
+	PG_END_TRY();
 	if (rc != SPI_OK_UTILITY)
 		elog(ERROR, "fence: \"%s\" failed: %s", sql, SPI_result_code_string(rc));
 	SPI_finish();
@@ -861,8 +935,12 @@ fence_protect(PG_FUNCTION_ARGS)
 		fence_validate_resource(resource, len);
 
 	if (tokenColumn)
-		check_token_type(rel, tokenColumn,
-						 get_atttype(RelationGetRelid(rel), column_arg(rel, tokenColumn)), true);
+	{
+		AttrNumber	tokenAttnum = column_arg(rel, tokenColumn);
+
+		check_token_type(rel, tokenColumn, get_atttype(RelationGetRelid(rel), tokenAttnum), true);
+		check_not_generated(rel, TupleDescAttr(RelationGetDescr(rel), tokenAttnum - 1));
+	}
 	else
 		tokenColumn = "";
 	if (perRow)
@@ -874,6 +952,7 @@ fence_protect(PG_FUNCTION_ARGS)
 		Oid			castFunc;
 
 		check_key_type(rel, keyColumn, type, att->attcollation);
+		check_not_generated(rel, att);
 		prepare_key_cast(type, &path, &castFunc);
 		if (path == COERCION_PATH_NONE || path == COERCION_PATH_ARRAYCOERCE)
 			ereport(ERROR,
@@ -983,6 +1062,34 @@ fence_guard_hierarchy(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("fence_guard_hierarchy() must be called as an event trigger")));
 	ev = (EventTriggerData *) fcinfo->context;
+
+	/*
+	 * CREATE OR REPLACE TRIGGER needs only the TRIGGER privilege, not
+	 * ownership: a role granted it could replace the guard with one that
+	 * never fires (WHEN (false), another function). The guard's names
+	 * belong to fence_protect and the table's owner (who can drop the guard
+	 * anyway, and whose pg_restore recreates it); anyone else's CREATE
+	 * TRIGGER of them is undone here.
+	 */
+	if (ev->parsetree && IsA(ev->parsetree, CreateTrigStmt))
+	{
+		CreateTrigStmt *stmt = (CreateTrigStmt *) ev->parsetree;
+		Oid			relid = RangeVarGetRelid(stmt->relation, NoLock, true);
+
+		if (!fenceOwnDdl && !stmt->isconstraint && OidIsValid(relid) &&
+			!pg_class_ownercheck(relid, GetUserId()) &&
+			(strcmp(stmt->trigname, GUARD_TRIGGER) == 0 ||
+			 strcmp(stmt->trigname, TRUNCATE_TRIGGER) == 0))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("trigger name \"%s\" is reserved for fence's guard", stmt->trigname),
+					 errdetail("A role that does not own the table cannot create or replace "
+							   "the guard's triggers."),
+					 errhint("Only the table's owner (or fence_protect()) may create them; name "
+							 "the trigger otherwise.")));
+		PG_RETURN_NULL();
+	}
+
 	fn = guard_function(get_func_namespace(fcinfo->flinfo->fn_oid));
 	function = guard_function_sql(fcinfo);
 

@@ -357,9 +357,92 @@ def attack_lock_tag_collision(conn):
     s2.close()
 
 
+# ---------------------------------------------------------------------------
+# found by an adversarial review that read only the docs (this session)
+
+def attack_review(conn):
+    fresh(conn, "pay2", "job", "acct2", "usr", "par", "s2.kid", "pt")
+    conn.execute("DROP SCHEMA IF EXISTS s2 CASCADE")
+    conn.execute("DROP SCHEMA IF EXISTS s3 CASCADE")
+    conn.execute("DROP ROLE IF EXISTS fence_mallory")
+    conn.execute("CREATE ROLE fence_mallory LOGIN")
+    # A: a role granted TRIGGER replaces the guard with one that never fires
+    conn.execute("CREATE TABLE pay2 (id text PRIMARY KEY, amount int, tok bigint)")
+    conn.execute("INSERT INTO pay2 VALUES ('bob', 10, 50)")
+    conn.execute("SELECT fence_protect('pay2', 'tok', 'pay:', 'id')")
+    conn.execute("SELECT fence_check('pay:bob', 50)")
+    conn.execute("GRANT SELECT, INSERT, UPDATE, TRUNCATE, TRIGGER ON pay2 TO fence_mallory")
+    conn.execute("GRANT USAGE, CREATE ON SCHEMA public TO fence_mallory")
+    mal = connect(user="fence_mallory")
+    state = sqlstate(mal, "CREATE OR REPLACE TRIGGER fence_guard BEFORE INSERT OR UPDATE OR DELETE "
+                          "ON public.pay2 FOR EACH ROW WHEN (false) "
+                          "EXECUTE FUNCTION fence_guard('tok', 'pay:', 'id')")
+    ok(state == "42501", "a TRIGGER grantee cannot replace the guard (CREATE OR REPLACE TRIGGER)",
+       "got %s" % state)
+    state = sqlstate(mal, "UPDATE public.pay2 SET amount = -1, tok = 1 WHERE id = 'bob'")
+    ok(state == STALE and one(conn, "SELECT amount FROM pay2") == 10,
+       "the guard still refuses the grantee's stale write", "got %s" % state)
+    # D: a BEFORE trigger firing after the guard rewrites the key
+    mal.execute("""CREATE FUNCTION public.to_bob() RETURNS trigger LANGUAGE plpgsql AS
+                   $$ BEGIN NEW.id := 'bob'; RETURN NEW; END $$""")
+    mal.execute("CREATE TRIGGER zz_rewrite BEFORE INSERT OR UPDATE ON public.pay2 "
+                "FOR EACH ROW EXECUTE FUNCTION public.to_bob()")
+    state = sqlstate(mal, "INSERT INTO public.pay2 VALUES ('mallory', 1, 1) "
+                          "ON CONFLICT (id) DO UPDATE SET amount = -1, tok = 1")
+    ok(state == "55000" and one(conn, "SELECT amount FROM pay2 WHERE id = 'bob'") == 10,
+       "a BEFORE trigger that fires after the guard makes every write fail", "got %s" % state)
+    conn.execute("ALTER TRIGGER zz_rewrite ON pay2 RENAME TO aa_rewrite")
+    state = sqlstate(mal, "INSERT INTO public.pay2 VALUES ('mallory', 1, 1)")
+    ok(state == STALE, "renamed to fire before the guard, the rewritten key is what is checked",
+       "got %s" % state)
+    mal.close()
+    conn.execute("DROP TABLE pay2")
+    conn.execute("DROP FUNCTION to_bob()")
+    conn.execute("DROP OWNED BY fence_mallory")
+    conn.execute("REVOKE ALL ON SCHEMA public FROM fence_mallory")
+    conn.execute("DROP ROLE fence_mallory")
+    # B, C: generated token and key columns
+    conn.execute("CREATE TABLE job (id int PRIMARY KEY, payload jsonb, "
+                 "tok bigint GENERATED ALWAYS AS ((payload->>'token')::bigint) STORED)")
+    state = sqlstate(conn, "SELECT fence_protect('job', 'tok', 'job-lock')")
+    ok(state == "0A000", "a generated token column is refused", "got %s" % state)
+    conn.execute("CREATE TABLE acct2 (name text, k text GENERATED ALWAYS AS (lower(name)) STORED "
+                 "PRIMARY KEY, bal int, tok bigint)")
+    state = sqlstate(conn, "SELECT fence_protect('acct2', 'tok', 'acct:', 'k')")
+    ok(state == "0A000", "a generated key column is refused", "got %s" % state)
+    # E: CREATE SCHEMA ... CREATE TABLE under a protected parent
+    conn.execute("CREATE TABLE par (id int PRIMARY KEY, v text, tok bigint)")
+    conn.execute("SELECT fence_protect('par', 'tok', 'par-lock')")
+    conn.execute("SELECT fence_check('par-lock', 100)")
+    conn.execute("CREATE SCHEMA s2 CREATE TABLE kid () INHERITS (public.par)")
+    state = sqlstate(conn, "INSERT INTO s2.kid VALUES (1, 'zombie', 7)")
+    ok(state == STALE and one(conn, "SELECT count(*) FROM par") == 0,
+       "a child created by CREATE SCHEMA ... CREATE TABLE is guarded", "got %s" % state)
+    conn.execute("CREATE TABLE pt (id int, tok bigint) PARTITION BY RANGE (id)")
+    conn.execute("SELECT fence_protect('pt', 'tok', 'pt-lock')")
+    conn.execute("CREATE SCHEMA s3 CREATE TABLE pt1 PARTITION OF public.pt FOR VALUES FROM (0) TO (10)")
+    state = sqlstate(conn, "TRUNCATE s3.pt1")
+    ok(state == MISSING, "a partition created by CREATE SCHEMA refuses an unfenced TRUNCATE",
+       "got %s" % state)
+    conn.execute("DROP SCHEMA s2 CASCADE")
+    conn.execute("DROP SCHEMA s3 CASCADE")
+    conn.execute("DROP TABLE par, pt, job, acct2")
+    # note 2: SET LOCAL transaction_read_only after a write
+    state = None
+    try:
+        with conn.transaction():
+            conn.execute("SELECT fence_check('ro', 10)")
+            conn.execute("SET LOCAL transaction_read_only = on")
+            conn.execute("SELECT fence_check('ro', 30)")
+    except psycopg.Error as e:
+        state = e.sqlstate
+    ok(state == "25006" and one(conn, "SELECT fence_current('ro')") is None,
+       "an advance after SET LOCAL transaction_read_only = on is refused", "got %s" % state)
+
+
 CASES = [attack_message_encoding, attack_merge, attack_key_settings, attack_token_type,
          attack_empty_columns, attack_guard_args, attack_lock_tag_collision,
-         attack_scale]
+         attack_review, attack_scale]
 
 
 def main():
