@@ -306,7 +306,9 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 /*
  * For a keyed guard: the WHERE terms (on alias c) that find the rows an
  * INSERT of NEW would replace through each UNIQUE index and the rowid, one
- * term per index joined by char 1, and the term saying that c is not OLD.
+ * term per index joined by char 1, each followed by char 2 and the test
+ * that an UPDATE changed one of the index's columns; and the term saying
+ * that c is not OLD.
  * An index on the key column alone, BINARY, holds only the same key: no
  * term. An index on an expression cannot be looked up: refused.
  */
@@ -330,7 +332,8 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 		sqlite3_bind_text(stmt, 1, spec->zTable, -1, SQLITE_STATIC);
 	{
 		char	   *zIndex = NULL;	/* the index whose term is being built */
-		char	   *zTerm = NULL;
+		char	   *zTerm = NULL;	/* its look-up, then char 2, then "a column changed" */
+		char	   *zChg = NULL;
 
 		while (rc == SQLITE_OK && zTerms && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
 		{
@@ -356,42 +359,51 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 				continue;
 			if (zIndex == NULL || strcmp(zIndex, zName) != 0)
 			{
-				if (zTerm)
+				if (zTerm && zChg)
 				{
-					char	   *z = sqlite3_mprintf("%s%s%s", zTerms, zTerms[0] ? "\001" : "", zTerm);
+					char	   *z = sqlite3_mprintf("%s%s%s\002%s", zTerms, zTerms[0] ? "\001" : "",
+													zTerm, zChg);
 
 					sqlite3_free(zTerms);
 					zTerms = z;
 				}
 				sqlite3_free(zTerm);
+				sqlite3_free(zChg);
 				sqlite3_free(zIndex);
 				zIndex = sqlite3_mprintf("%s", zName);
 				zTerm = sqlite3_mprintf("c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"", zCol, zCol,
 										zColl ? zColl : "BINARY");
+				zChg = sqlite3_mprintf("NEW.\"%w\" IS NOT OLD.\"%w\"", zCol, zCol);
 			}
 			else
 			{
 				char	   *z = sqlite3_mprintf("%s AND c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
 												zTerm, zCol, zCol, zColl ? zColl : "BINARY");
+				char	   *y = sqlite3_mprintf("%s OR NEW.\"%w\" IS NOT OLD.\"%w\"",
+												zChg, zCol, zCol);
 
 				sqlite3_free(zTerm);
+				sqlite3_free(zChg);
 				zTerm = z;
+				zChg = y;
 			}
-			if (zIndex == NULL || zTerm == NULL)
+			if (zIndex == NULL || zTerm == NULL || zChg == NULL)
 				rc = SQLITE_NOMEM;
 		}
 		if (rc == SQLITE_DONE || (rc == SQLITE_OK && zTerms == NULL))
 		{
 			rc = zTerms ? SQLITE_OK : SQLITE_NOMEM;
-			if (zTerm && zTerms)
+			if (zTerm && zChg && zTerms)
 			{
-				char	   *z = sqlite3_mprintf("%s%s%s", zTerms, zTerms[0] ? "\001" : "", zTerm);
+				char	   *z = sqlite3_mprintf("%s%s%s\002%s", zTerms, zTerms[0] ? "\001" : "",
+												zTerm, zChg);
 
 				sqlite3_free(zTerms);
 				zTerms = z;
 			}
 		}
 		sqlite3_free(zTerm);
+		sqlite3_free(zChg);
 		sqlite3_free(zIndex);
 	}
 	sqlite3_finalize(stmt);
@@ -404,7 +416,8 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	/* the rowid is a unique key of its own unless it is the key column */
 	if (rc == SQLITE_OK && zTerms && !bWithoutRowid && !spec->bKeyIsRowid)
 	{
-		char	   *z = sqlite3_mprintf("%s%sc.rowid = NEW.rowid", zTerms, zTerms[0] ? "\001" : "");
+		char	   *z = sqlite3_mprintf("%s%sc.rowid = NEW.rowid\002NEW.rowid IS NOT OLD.rowid",
+										zTerms, zTerms[0] ? "\001" : "");
 
 		sqlite3_free(zTerms);
 		zTerms = z;
@@ -508,11 +521,26 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 	{
 		const char *zEnd = strchr(zTerm, '\001');
 		int			nTerm = zEnd ? (int) (zEnd - zTerm) : (int) strlen(zTerm);
-		char	   *z = sqlite3_mprintf("%s SELECT %s(%lld, %Q, c.\"%w\"%s) FROM \"%w\" AS c "
-										"WHERE %.*s%s%s;", zSql, zFunc, (long long) spec->id,
-										spec->zResource, spec->zKeyColumn, zTail, spec->zTable,
-										nTerm, zTerm, bUpdate ? " AND " : "",
-										bUpdate ? spec->zNotOld : "");
+		const char *zChg = memchr(zTerm, '\002', (size_t) nTerm);
+		int			nLook = (int) (zChg - zTerm);
+		int			nChg = nTerm - nLook - 1;
+		char	   *z;
+
+		/*
+		 * An UPDATE can collide through an index only when it changes one
+		 * of the index's columns: that test does not depend on c, so SQLite
+		 * makes it once, before any look-up.
+		 */
+		if (bUpdate)
+			z = sqlite3_mprintf("%s SELECT %s(%lld, %Q, c.\"%w\"%s) FROM \"%w\" AS c "
+								"WHERE (%.*s) AND %.*s AND %s;", zSql, zFunc,
+								(long long) spec->id, spec->zResource, spec->zKeyColumn, zTail,
+								spec->zTable, nChg, zChg + 1, nLook, zTerm, spec->zNotOld);
+		else
+			z = sqlite3_mprintf("%s SELECT %s(%lld, %Q, c.\"%w\"%s) FROM \"%w\" AS c "
+								"WHERE %.*s;", zSql, zFunc, (long long) spec->id,
+								spec->zResource, spec->zKeyColumn, zTail, spec->zTable,
+								nLook, zTerm);
 
 		sqlite3_free(zSql);
 		zSql = z;
