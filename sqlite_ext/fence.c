@@ -31,6 +31,20 @@
  * newest commit cannot take the write lock (SQLITE_BUSY_SNAPSHOT), so a stale
  * snapshot ends in SQLITE_BUSY rather than in an accepted stale token.
  *
+ * Trust in what fence reads: an authorizer (sqlite3_set_authorizer) is
+ * consulted when fence's own statements are prepared too, and one that
+ * answers SQLITE_IGNORE makes SQLite compile a NULL in place of a column
+ * read, drop an INSERT, or leave a column out of an UPDATE; SQLite offers
+ * no way to prepare a statement past it. So every read of fence_tokens
+ * proves itself (the resource read back, an INTEGER token, a TEXT
+ * updated_at, and a canary row: the table's first resource is never NULL),
+ * every advance reads back what it wrote (RETURNING), and fence_reset
+ * reads again after deleting; anything else is refused as untrusted. The
+ * table itself must be the one fence creates (fenceOwnTableShape): a
+ * fence_tokens made by hand or by an import, with other types or
+ * constraints, is refused, not adopted, and so is one swapped in later
+ * (checked again whenever SQLite re-prepares a cached statement).
+ *
  * Errors: a stale or missing token is SQLITE_CONSTRAINT_FUNCTION, invalid
  * input SQLITE_ERROR (not SQLITE_MISMATCH: Python maps that to
  * IntegrityError, which must mean "take the lock again").
@@ -42,13 +56,18 @@
 SQLITE_EXTENSION_INIT1
 
 static const char createTokensSql[] =
-"CREATE TABLE IF NOT EXISTS main.fence_tokens("
-"resource TEXT PRIMARY KEY NOT NULL, "
-"token INTEGER NOT NULL CHECK (typeof(token) = 'integer' AND token >= 0), "
-"updated_at TEXT NOT NULL) WITHOUT ROWID";
+"CREATE TABLE IF NOT EXISTS main.fence_tokens" FENCE_TOKENS_COLUMNS;
 
+/*
+ * The resource's row (tag 1) and a canary (tag 0): the first resource of
+ * the table, which is never NULL unless an authorizer blinded the column,
+ * in which case the lookup above it found nothing whatever the table
+ * holds. Both are index lookups.
+ */
 static const char selectTokenSql[] =
-"SELECT token, updated_at FROM main.fence_tokens WHERE resource = ?1";
+"SELECT 1, resource, token, updated_at FROM main.fence_tokens WHERE resource = ?1 "
+"UNION ALL SELECT 0, resource, NULL, NULL FROM "
+"(SELECT resource FROM main.fence_tokens LIMIT 1)";
 
 /* puts back what an accept inside a failed statement changed */
 static const char restoreTokenSql[] =
@@ -59,10 +78,32 @@ static const char advanceTokenSql[] =
 "INSERT INTO main.fence_tokens(resource, token, updated_at) "
 "VALUES (?1, ?2, strftime('%Y-%m-%d %H:%M:%f', 'now')) "
 "ON CONFLICT(resource) DO UPDATE SET token = excluded.token, "
-"updated_at = excluded.updated_at WHERE excluded.token > fence_tokens.token";
+"updated_at = excluded.updated_at WHERE excluded.token > fence_tokens.token "
+"RETURNING token";
 
 static const char deleteTokenSql[] =
 "DELETE FROM main.fence_tokens WHERE resource = ?1";
+
+/* Said of every read or write of fence_tokens that did not prove itself. */
+#define UNTRUSTED_HINT \
+	"an authorizer (sqlite3_set_authorizer) that answers SQLITE_IGNORE for fence's " \
+	"own statements makes SQLite read NULL or skip the write; fence refuses rather " \
+	"than guess: let the authorizer allow reads and writes of main.fence_tokens, " \
+	"main.fence_guards and main.sqlite_schema"
+
+/*
+ * Refuse, saying what could not be trusted; resultDbError reports it as
+ * SQLITE_ERROR with this message.
+ */
+static int
+untrusted(FenceConn *conn, const char *zWhat, const char *z, int n)
+{
+	conn->savedRc = FENCE_RC_UNTRUSTED;
+	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
+					 "fence: %s for resource \"%.*s\", so fence refuses to judge the "
+					 "token: %s", zWhat, n, z, UNTRUSTED_HINT);
+	return FENCE_RC_UNTRUSTED;
+}
 
 /* ---------------------------------------------------------------------
  * Cached statements and the token table
@@ -93,6 +134,127 @@ saveError(FenceConn *conn, int rc)
 	conn->savedRc = rc;
 	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s",
 					 sqlite3_errmsg(conn->db));
+}
+
+/*
+ * Is main.zTable (fence_tokens or fence_guards) the table fence creates?
+ * SQLITE_OK when it is, or when there is none yet; FENCE_RC_UNTRUSTED with
+ * *pzErr (sqlite3_malloc'd) saying what is wrong and how to repair it when
+ * another definition holds the name: fence never adopts a table it did not
+ * make (a CSV import makes every column TEXT, and a TEXT token compares as
+ * text). The definition SQLite stores is compared whole: columns, declared
+ * types, collations, NOT NULL, CHECK and WITHOUT ROWID. A dump restored by
+ * the shell or by iterdump keeps that text, so it stays fence's.
+ */
+int
+fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr)
+{
+	int			bTokens = sqlite3_stricmp(zTable, "fence_tokens") == 0;
+	const char *zColumns = bTokens ? FENCE_TOKENS_COLUMNS : FENCE_GUARDS_COLUMNS;
+	char	   *zExpected = sqlite3_mprintf("CREATE TABLE %s%s", zTable, zColumns);
+	sqlite3_stmt *stmt = NULL;
+	const char *zFound;
+	int			rc;
+
+	*pzErr = NULL;
+	if (zExpected == NULL)
+		return SQLITE_NOMEM;
+	rc = sqlite3_prepare_v2(db, "SELECT sql, typeof(sql), type FROM main.sqlite_schema "
+							"WHERE name = ?1 COLLATE NOCASE", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		rc = sqlite3_step(stmt);
+	}
+	if (rc == SQLITE_DONE)
+		rc = SQLITE_OK;			/* not there yet: fence creates it */
+	else if (rc != SQLITE_ROW)
+		*pzErr = sqlite3_mprintf("fence: cannot read the definition of main.%s: %s",
+								 zTable, sqlite3_errmsg(db));
+	else if ((zFound = (const char *) sqlite3_column_text(stmt, 0)) != NULL &&
+			 strcmp(zFound, zExpected) == 0)
+		rc = SQLITE_OK;
+	else
+	{
+		const char *zType = (const char *) sqlite3_column_text(stmt, 2);
+
+		rc = FENCE_RC_UNTRUSTED;
+		if (zFound == NULL && zType == NULL)
+			*pzErr = sqlite3_mprintf("fence: cannot read the definition of main.%s "
+									 "(SQLite returned NULL for it); %s", zTable,
+									 UNTRUSTED_HINT);
+		else if (bTokens)
+			*pzErr = sqlite3_mprintf(
+				"fence: main.fence_tokens is not a table fence created, so fence cannot "
+				"trust the tokens in it and refuses to use it. Its definition is: %s. "
+				"fence's is: %s. To repair it, keep its rows in a table of fence's shape: "
+				"ALTER TABLE fence_tokens RENAME TO fence_tokens_old; %s; "
+				"INSERT INTO fence_tokens(resource, token, updated_at) SELECT resource, "
+				"CAST(token AS INTEGER), coalesce(updated_at, '') FROM fence_tokens_old; "
+				"DROP TABLE fence_tokens_old (check first that every old token is an "
+				"integer: CAST turns other text into 0)",
+				zFound ? zFound : "(none: it is not a table)", zExpected, zExpected);
+		else
+			*pzErr = sqlite3_mprintf(
+				"fence: main.fence_guards is not a table fence created, so fence cannot "
+				"trust the guards recorded in it and refuses to use it. Its definition is: "
+				"%s. fence's is: %s. To repair it: drop it (or rename it, if it is a table "
+				"of yours), then run fence_protect again on every protected table",
+				zFound ? zFound : "(none: it is not a table)", zExpected);
+		if (*pzErr == NULL)
+			rc = SQLITE_NOMEM;
+	}
+	sqlite3_finalize(stmt);
+	sqlite3_free(zExpected);
+	return rc;
+}
+
+/*
+ * fence_tokens' shape, checked when a statement that names it is first
+ * prepared, and again whenever SQLite re-prepares one (the schema changed:
+ * another connection may have dropped the table and made another).
+ */
+static int
+tokenTableTrusted(FenceConn *conn)
+{
+	char	   *zErr = NULL;
+	int			rc = fenceOwnTableShape(conn->db, "fence_tokens", &zErr);
+
+	if (rc != SQLITE_OK && zErr != NULL)
+	{
+		conn->savedRc = rc;
+		sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s", zErr);
+	}
+	sqlite3_free(zErr);
+	return rc;
+}
+
+static int
+tokensReprepared(FenceConn *conn)
+{
+	sqlite3_stmt *a[3] = {conn->pSelectToken, conn->pAdvanceToken, conn->pDeleteToken};
+	int			sum = 0;
+	int			i;
+
+	for (i = 0; i < 3; i++)
+		if (a[i])
+			sum += sqlite3_stmt_status(a[i], SQLITE_STMTSTATUS_REPREPARE, 0);
+	return sum;
+}
+
+/* After a step of a cached statement: was it re-prepared, and on what? */
+static int
+tokenTableStillTrusted(FenceConn *conn)
+{
+	int			n = tokensReprepared(conn);
+	int			rc;
+
+	if (n == conn->nTokensReprepared)
+		return SQLITE_OK;
+	rc = tokenTableTrusted(conn);
+	if (rc == SQLITE_OK)
+		conn->nTokensReprepared = n;
+	return rc;
 }
 
 /*
@@ -143,6 +305,8 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 		return SQLITE_OK;
 	/* the eponymous fence_held must be connected to finalize *pp at close */
 	rc = fenceHeldConnect(conn);
+	if (rc == SQLITE_OK)
+		rc = tokenTableTrusted(conn);
 	if (rc != SQLITE_OK)
 		return rc;
 	rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
@@ -162,6 +326,7 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 		}
 		rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 	}
+	conn->nTokensReprepared = tokensReprepared(conn);
 	return rc;
 }
 
@@ -188,6 +353,36 @@ tokenTableVanished(FenceConn *conn, int rc)
 	return 1;
 }
 
+/*
+ * One row of selectTokenSql: the resource's (tag 1), which must read back
+ * as the resource, an INTEGER token >= 0 and a TEXT updated_at; or the
+ * canary (tag 0), whose resource must be TEXT. Returns SQLITE_OK or
+ * FENCE_RC_UNTRUSTED.
+ */
+static int
+checkTokenRow(FenceConn *conn, sqlite3_stmt *p, const char *z, int n, int *pHas,
+			  sqlite3_int64 *pHighest, char *zAt, int nAt)
+{
+	if (sqlite3_column_int(p, 0) == 0)
+		return sqlite3_column_type(p, 1) == SQLITE_TEXT ? SQLITE_OK :
+			untrusted(conn, "main.fence_tokens read back a NULL resource", z, n);
+	if (sqlite3_column_type(p, 1) != SQLITE_TEXT || sqlite3_column_bytes(p, 1) != n ||
+		memcmp(sqlite3_column_text(p, 1), z, (size_t) n) != 0)
+		return untrusted(conn, "main.fence_tokens returned another row than asked", z, n);
+	if (sqlite3_column_type(p, 2) != SQLITE_INTEGER || sqlite3_column_int64(p, 2) < 0)
+		return untrusted(conn, sqlite3_column_type(p, 2) == SQLITE_NULL ?
+						 "main.fence_tokens read back a NULL token" :
+						 "main.fence_tokens holds a token that is not a non-negative integer",
+						 z, n);
+	if (sqlite3_column_type(p, 3) != SQLITE_TEXT)
+		return untrusted(conn, "main.fence_tokens read back a NULL updated_at", z, n);
+	*pHas = 1;
+	*pHighest = sqlite3_column_int64(p, 2);
+	if (zAt)
+		sqlite3_snprintf(nAt, zAt, "%s", (const char *) sqlite3_column_text(p, 3));
+	return SQLITE_OK;
+}
+
 /* *pHas = 0 when the resource has no highest token (or there is no table). */
 static int
 readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
@@ -195,6 +390,7 @@ readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 {
 	int			attempt;
 	int			rc = SQLITE_OK;
+	int			rcRow = SQLITE_OK;
 
 	*pHas = 0;
 	*pHighest = 0;
@@ -206,15 +402,8 @@ readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 		if (sqlite3_stmt_busy(conn->pSelectToken))
 			return FENCE_RC_REENTERED;
 		sqlite3_bind_text(conn->pSelectToken, 1, z, n, SQLITE_STATIC);
-		rc = sqlite3_step(conn->pSelectToken);
-		if (rc == SQLITE_ROW)
-		{
-			*pHas = 1;
-			*pHighest = sqlite3_column_int64(conn->pSelectToken, 0);
-			if (zAt)
-				sqlite3_snprintf(nAt, zAt, "%s",
-								 (const char *) sqlite3_column_text(conn->pSelectToken, 1));
-		}
+		while ((rc = sqlite3_step(conn->pSelectToken)) == SQLITE_ROW && rcRow == SQLITE_OK)
+			rcRow = checkTokenRow(conn, conn->pSelectToken, z, n, pHas, pHighest, zAt, nAt);
 		if (rc != SQLITE_ROW && rc != SQLITE_DONE)
 			saveError(conn, rc);
 		sqlite3_reset(conn->pSelectToken);
@@ -222,7 +411,10 @@ readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
-	return (rc == SQLITE_ROW || rc == SQLITE_DONE) ? SQLITE_OK : rc;
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return rc;
+	rc = tokenTableStillTrusted(conn);
+	return rc != SQLITE_OK ? rc : rcRow;
 }
 
 static int
@@ -232,15 +424,22 @@ readHighest(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 	return readHighestAt(conn, z, n, bCreate, pHas, pHighest, NULL, 0);
 }
 
+/*
+ * Run an advance or a delete of resource z. *pReturned counts the rows its
+ * RETURNING clause gave (the advance's), *pReturnedToken the first one's
+ * token, or -1 when it was not an integer.
+ */
 static int
-runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
-			 int n, sqlite3_int64 token)
+runTokenStmtReturning(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
+					  int n, sqlite3_int64 token, int *pReturned, sqlite3_int64 *pReturnedToken)
 {
 	int			attempt;
 	int			rc = SQLITE_OK;
 
 	for (attempt = 0; attempt < 2; attempt++)
 	{
+		*pReturned = 0;
+		*pReturnedToken = -1;
 		rc = prepareTokenStmt(conn, pp, sql, 1);
 		if (rc != SQLITE_OK)
 			return rc;
@@ -255,7 +454,11 @@ runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
 		sqlite3_bind_text(*pp, 1, z, n, SQLITE_STATIC);
 		if (sqlite3_bind_parameter_count(*pp) >= 2)
 			sqlite3_bind_int64(*pp, 2, token);
-		rc = sqlite3_step(*pp);
+		while ((rc = sqlite3_step(*pp)) == SQLITE_ROW)
+		{
+			if ((*pReturned)++ == 0 && sqlite3_column_type(*pp, 0) == SQLITE_INTEGER)
+				*pReturnedToken = sqlite3_column_int64(*pp, 0);
+		}
 		if (rc != SQLITE_DONE)
 			saveError(conn, rc);
 		sqlite3_reset(*pp);
@@ -263,7 +466,19 @@ runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
+	if (rc != SQLITE_DONE)
+		return rc;
+	return tokenTableStillTrusted(conn);
+}
+
+static int
+runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
+			 int n, sqlite3_int64 token)
+{
+	int			nReturned;
+	sqlite3_int64 returned;
+
+	return runTokenStmtReturning(conn, pp, sql, z, n, token, &nReturned, &returned);
 }
 
 /* ---------------------------------------------------------------------
@@ -477,23 +692,37 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	{
 		if (outer && undoNote(conn, z, n, has, highest, zAt) != SQLITE_OK)
 			return SQLITE_NOMEM;
-		rc = runTokenStmt(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token);
+		int			nReturned;
+		sqlite3_int64 returned;
+
+		rc = runTokenStmtReturning(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token,
+								   &nReturned, &returned);
 		if (outer)
 			conn->undoChanges = sqlite3_total_changes64(conn->db);
 		if (rc != SQLITE_OK)
 			return rc;
 
+		/* the row written reads back with another token: the write was cut */
+		if (nReturned > 0 && returned != token)
+			return untrusted(conn, "the advance of main.fence_tokens did not write the "
+							 "token it was given", z, n);
+
 		/*
-		 * No row changed: another connection raised the highest between our
+		 * No row written: another connection raised the highest between our
 		 * read and our write. That can only happen when there is no open
 		 * transaction to hold the write lock (an autocommit SELECT, whose
-		 * enlisting statement has already committed); judge again.
+		 * enlisting statement has already committed); judge again. A
+		 * highest that is still below the token (or none) means the write
+		 * was skipped: never say "accepted" without having recorded it.
 		 */
-		if (sqlite3_changes(conn->db) == 0)
+		if (nReturned == 0)
 		{
 			rc = readHighest(conn, z, n, 1, &has, &highest);
 			if (rc != SQLITE_OK)
 				return rc;
+			if (!has || highest < token)
+				return untrusted(conn, "the advance of main.fence_tokens did not take effect",
+								 z, n);
 			if (!fence_verdict_accepts(fence_decide(has, highest, token)))
 			{
 				*pStale = 1;
@@ -575,6 +804,12 @@ resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 	if (rc == FENCE_RC_SHADOWED)
 	{
 		sqlite3_result_error(ctx, FENCE_SHADOWED_MSG, -1);
+		sqlite3_result_error_code(ctx, SQLITE_ERROR);
+		return;
+	}
+	if (rc == FENCE_RC_UNTRUSTED)
+	{
+		sqlite3_result_error(ctx, saved[0] ? saved : "fence: cannot trust main.fence_tokens", -1);
 		sqlite3_result_error_code(ctx, SQLITE_ERROR);
 		return;
 	}
@@ -777,6 +1012,17 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (!argResource(ctx, argv[0], &z, &n))
 		return;
 	rc = runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, z, n, 0);
+	if (rc == SQLITE_OK)
+	{
+		/* a delete that an authorizer blinded deletes nothing, silently */
+		int			has;
+		sqlite3_int64 highest;
+
+		rc = readHighest(conn, z, n, 1, &has, &highest);
+		if (rc == SQLITE_OK && has)
+			rc = untrusted(conn, "fence_reset's delete from main.fence_tokens did not take "
+						   "effect", z, n);
+	}
 	/* the transaction no longer holds what was forgotten (undone on rollback) */
 	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
 		fence_held_set(&conn->held, z, (size_t) n, -1, 0) != 0)

@@ -70,6 +70,15 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 		return;
 	}
 	sqlite3_result_error(ctx, zMsg, -1);
+
+	/*
+	 * A statement of ours that ended without its row (SQLITE_DONE: an
+	 * authorizer answered SQLITE_IGNORE to a PRAGMA) must not become the
+	 * error code: SQLite ends a statement whose function reports
+	 * SQLITE_DONE without an error, and the refused write would look done.
+	 */
+	if (rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE)
+		rc = SQLITE_ERROR;
 	sqlite3_result_error_code(ctx, rc);
 	sqlite3_free(zMsg);
 }
@@ -109,11 +118,13 @@ stepInt64(FenceConn *conn, sqlite3_stmt **pp, const char *zSql, sqlite3_int64 *p
 			return rc;
 	}
 	rc = sqlite3_step(*pp);
-	if (rc == SQLITE_ROW)
+	if (rc == SQLITE_ROW && sqlite3_column_type(*pp, 0) == SQLITE_INTEGER)
 	{
 		*pOut = sqlite3_column_int64(*pp, 0);
 		rc = SQLITE_OK;
 	}
+	else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+		rc = SQLITE_AUTH;		/* no value: an authorizer ignored the PRAGMA */
 	sqlite3_reset(*pp);
 	return rc;
 }
@@ -269,7 +280,15 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	int			ok = 0;
 	int			rc;
 	int			i;
+	char	   *zShape = NULL;
 
+	rc = fenceOwnTableShape(db, "fence_guards", &zShape);
+	if (rc != SQLITE_OK)
+	{
+		/* a fence_guards fence did not make cannot vouch for a guard */
+		refuse(ctx, rc == FENCE_RC_UNTRUSTED ? FENCE_RC_INVALID : rc, zShape);
+		return 0;
+	}
 	if (sqlite3_table_column_metadata(db, "main", "fence_guards", "id",
 									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
 		rc = SQLITE_DONE;
@@ -297,6 +316,16 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	else if (rc != SQLITE_ROW)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read main.fence_guards: %s",
 										(long long) id, sqlite3_errmsg(db)));
+	else if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
+			 sqlite3_column_type(stmt, 1) != SQLITE_INTEGER ||
+			 sqlite3_column_type(stmt, 2) != SQLITE_TEXT ||
+			 sqlite3_column_type(stmt, 3) != SQLITE_TEXT)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: guard %lld reads back from "
+							   "main.fence_guards with a NULL column (an authorizer that "
+							   "answers SQLITE_IGNORE to reads of fence_guards or "
+							   "sqlite_schema?); fence refuses rather than guess",
+							   (long long) id));
 	else if (sqlite3_column_int(stmt, 1) != bKeyed ||
 			 sqlite3_column_bytes(stmt, 0) != nRes ||
 			 memcmp(sqlite3_column_text(stmt, 0), zRes, (size_t) nRes) != 0)
@@ -424,6 +453,11 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 							   "SQLite could not undo a refused statement's earlier rows; a "
 							   "protected table is written only with a journal (DELETE, "
 							   "TRUNCATE, PERSIST, MEMORY or WAL)"));
+	else if (rc == SQLITE_DONE)
+		refuse(ctx, SQLITE_AUTH,
+			   sqlite3_mprintf("fence guard: PRAGMA main.journal_mode gave no value (an "
+							   "authorizer that answers SQLITE_IGNORE to PRAGMA?); fence "
+							   "refuses rather than guess whether a refusal can be undone"));
 	else
 		refuse(ctx, rc == SQLITE_ROW ? SQLITE_NOMEM : rc,
 			   sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",
@@ -460,6 +494,9 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (rc != SQLITE_OK)
 	{
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema version: %s",
+										rc == SQLITE_AUTH ? "PRAGMA schema_version gave no "
+										"value (an authorizer that answers SQLITE_IGNORE to "
+										"PRAGMA?); fence refuses rather than guess" :
 										sqlite3_errmsg(conn->db)));
 		return 0;
 	}

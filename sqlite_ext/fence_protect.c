@@ -68,9 +68,7 @@ typedef struct ProtectSpec
 } ProtectSpec;
 
 static const char createGuardsSql[] =
-"CREATE TABLE IF NOT EXISTS main.fence_guards("
-"id INTEGER PRIMARY KEY, resource TEXT NOT NULL, keyed INTEGER NOT NULL, "
-"uniques TEXT NOT NULL)";
+"CREATE TABLE IF NOT EXISTS main.fence_guards" FENCE_GUARDS_COLUMNS;
 
 static void
 resultError(sqlite3_context *ctx, int rc, char *zMsg)
@@ -767,6 +765,19 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		return;
 	}
 
+	{
+		/* refused now, not at the first write: fence adopts no table it did not make */
+		char	   *zShape = NULL;
+		int			rc = fenceOwnTableShape(db, "fence_guards", &zShape);
+
+		if (rc == SQLITE_OK)
+			rc = fenceOwnTableShape(db, "fence_tokens", &zShape);
+		if (rc != SQLITE_OK)
+		{
+			resultError(ctx, rc == FENCE_RC_UNTRUSTED ? FENCE_RC_INVALID : rc, zShape);
+			return;
+		}
+	}
 	zCanonical = lookupTable(ctx, "fence_protect", zTable);
 	if (zCanonical == NULL)
 		return;

@@ -58,12 +58,14 @@ typedef struct FenceConn
 	int			nUndoAlloc;
 	int			bUndoing;		/* undoOnError is running */
 	int			savedRc;		/* the error zSavedErr describes */
-	char		zSavedErr[512];
+	char		zSavedErr[1536];
 	/* cached statements, finalized when fence_held disconnects (at close) */
 	sqlite3_stmt *pSelectToken;
 	sqlite3_stmt *pAdvanceToken;
 	sqlite3_stmt *pDeleteToken;
 	sqlite3_stmt *pEnlist;
+	int			nTokensReprepared;	/* the three's SQLITE_STMTSTATUS_REPREPARE, summed,
+									 * when fence_tokens' shape was last checked */
 	/* guard admission (fence_guard.c) */
 	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
 	int			nGuard;
@@ -87,6 +89,19 @@ extern const FenceAllocator fenceSqliteAllocator;
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);
 void		fenceUndoForget(FenceConn *conn);
+
+/*
+ * fence's own tables, as SQLite stores their definitions in sqlite_schema
+ * (fence creates them with these columns; fenceOwnTableShape compares).
+ */
+#define FENCE_TOKENS_COLUMNS \
+	"(resource TEXT PRIMARY KEY NOT NULL, " \
+	"token INTEGER NOT NULL CHECK (typeof(token) = 'integer' AND token >= 0), " \
+	"updated_at TEXT NOT NULL) WITHOUT ROWID"
+#define FENCE_GUARDS_COLUMNS \
+	"(id INTEGER PRIMARY KEY, resource TEXT NOT NULL, keyed INTEGER NOT NULL, " \
+	"uniques TEXT NOT NULL)"
+int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 
 /* fence_guard.c */
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
@@ -131,6 +146,7 @@ int			sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 #define FENCE_RC_BROKEN    (-1)
 #define FENCE_RC_REENTERED (-2)
 #define FENCE_RC_SHADOWED  (-3)
+#define FENCE_RC_UNTRUSTED (-4)	/* conn->zSavedErr says what fence cannot trust */
 
 /* Result codes, documented in README.md. */
 #define FENCE_RC_STALE   SQLITE_CONSTRAINT_FUNCTION

@@ -1,0 +1,372 @@
+#!/usr/bin/python3
+"""tests/sqlite_attacks_review.py: findings of an adversarial review (issue 11).
+
+Each case repeats an attack found by reading only the docs, then checks what
+committed through a fresh connection without the extension:
+
+  * an authorizer (sqlite3_set_authorizer) that answers SQLITE_IGNORE makes
+    SQLite compile a NULL in place of a column read, skip an INSERT, or leave
+    a column out of an UPDATE, in fence's own statements too. fence must
+    fail closed: never accept a stale token, never say "accepted" without
+    recording it, never crash, never end a refused statement without an
+    error;
+  * a fence_tokens (or fence_guards) that fence did not create, with other
+    types or constraints (a CSV import makes every column TEXT), must be
+    refused with a message that says how to repair it, and the repair it
+    describes must work.
+
+Usage: /usr/bin/python3 tests/sqlite_attacks_review.py [EXTENSION]
+Prints "ok - ..." / "not ok - ..." per assertion; exits 1 if any failed.
+"""
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the child processes of the authorizer cases name it in FENCE_TEST_EXTENSION
+EXTENSION = os.environ.get("FENCE_TEST_EXTENSION") or (
+    sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "sqlite_ext", "fence"))
+failures = 0
+
+
+def ok(cond, what, detail=""):
+    global failures
+    print(("ok - " if cond else "not ok - ") + "sqlite review attack: " + what)
+    if not cond:
+        failures += 1
+        if detail:
+            print("#   " + str(detail).replace("\n", "\n#   "))
+    sys.stdout.flush()
+
+
+def connect(path, load=True):
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0)
+    if load:
+        conn.enable_load_extension(True)
+        conn.load_extension(EXTENSION)
+    return conn
+
+
+def attempt(conn, sql):
+    """(rows, None) or (None, the exception)."""
+    try:
+        return conn.execute(sql).fetchall(), None
+    except sqlite3.Error as e:
+        return None, e
+
+
+def committed(path, sql, params=()):
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def highest(path, resource):
+    rows = committed(path, "SELECT token FROM fence_tokens WHERE resource = ?", (resource,))
+    return rows[0][0] if rows else None
+
+
+def fresh(tmp, name):
+    path = os.path.join(tmp, name)
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    return path
+
+
+def counter(path):
+    """counter(id, n, tok) protected at resource r, highest 20."""
+    conn = connect(path)
+    conn.executescript(
+        "CREATE TABLE counter(id INTEGER PRIMARY KEY, n INTEGER, tok INTEGER);"
+        "SELECT fence_protect('counter', 'tok', 'r');"
+        "INSERT INTO counter VALUES (1, 0, 20);")
+    conn.close()
+
+
+# ---------------------------------------------------------------------------
+# A. Authorizers that blind fence's own statements
+# ---------------------------------------------------------------------------
+
+def ignoring(action, table=None, column=None):
+    def auth(code, arg1, arg2, db, inner):
+        if code == action and table in (None, arg1) and column in (None, arg2):
+            return sqlite3.SQLITE_IGNORE
+        if code == sqlite3.SQLITE_PRAGMA and action == sqlite3.SQLITE_PRAGMA:
+            return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+    return auth
+
+
+READ, INSERT, UPDATE = sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE
+AUTHORIZERS = [
+    ("reads of any column named token", ignoring(READ, None, "token")),
+    ("reads of any column named resource", ignoring(READ, None, "resource")),
+    ("every read of fence_tokens", ignoring(READ, "fence_tokens")),
+    ("every INSERT into fence_tokens", ignoring(INSERT, "fence_tokens")),
+    ("UPDATEs of fence_tokens.token", ignoring(UPDATE, "fence_tokens", "token")),
+    ("every read of fence_guards", ignoring(READ, "fence_guards")),
+    ("reads of any column named uniques", ignoring(READ, None, "uniques")),
+    ("every read of sqlite_master", ignoring(READ, "sqlite_master")),
+    ("every PRAGMA", ignoring(sqlite3.SQLITE_PRAGMA)),
+]
+
+
+def authorizer_case(tmp, label, auth, n):
+    path = fresh(tmp, f"auth{n}.db")
+    counter(path)
+    # a child process, so that a crash is a failure of this case only
+    code = (
+        "import sqlite3, sys, json\n"
+        "sys.path.insert(0, sys.argv[3])\n"
+        "import sqlite_attacks_review as t\n"
+        "conn = t.connect(sys.argv[1])\n"
+        "conn.set_authorizer(dict(t.AUTHORIZERS)[sys.argv[2]])\n"
+        "out = []\n"
+        "for sql in (\"SELECT fence_check('r', 3)\",\n"
+        "            'UPDATE counter SET n = 666, tok = 1 WHERE id = 1',\n"
+        "            \"SELECT fence_check('r', 30)\",\n"
+        "            \"SELECT fence_check('r', 25)\",\n"
+        "            \"SELECT fence_check('new', 30)\",\n"
+        "            \"SELECT fence_check('new', 3)\",\n"
+        "            'UPDATE counter SET n = 777, tok = 2 WHERE id = 1'):\n"
+        "    rows, e = t.attempt(conn, sql)\n"
+        "    out.append([sql, rows is not None, str(e)])\n"
+        "print(json.dumps(out))\n")
+    run = subprocess.run([sys.executable, "-c", code, path, label, os.path.dirname(__file__)],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, FENCE_TEST_EXTENSION=EXTENSION))
+    ok(run.returncode == 0, f"authorizer ignoring {label}: no crash",
+       f"exit status {run.returncode}: {run.stderr[-400:]}")
+    if run.returncode != 0:
+        return
+    import json
+    results = json.loads(run.stdout)
+    accepted = {sql: passed for sql, passed, _ in results}
+    ok(not accepted["SELECT fence_check('r', 3)"],
+       f"authorizer ignoring {label}: fence_check('r', 3) under a highest of 20 is refused", results)
+    ok(not accepted["UPDATE counter SET n = 666, tok = 1 WHERE id = 1"],
+       f"authorizer ignoring {label}: the stale UPDATE raises an error", results)
+    ok(committed(path, "SELECT n, tok FROM counter") == [(0, 20)],
+       f"authorizer ignoring {label}: no stale write committed",
+       committed(path, "SELECT n, tok FROM counter"))
+    # an accept that says yes has recorded its token: nothing lower passes after it
+    for resource, high, low in (("r", 30, 25), ("new", 30, 3)):
+        if accepted[f"SELECT fence_check('{resource}', {high})"]:
+            ok(highest(path, resource) == high and not accepted[f"SELECT fence_check('{resource}', {low})"],
+               f"authorizer ignoring {label}: an accepted {high} for {resource} was recorded "
+               f"and {low} is refused after it", (highest(path, resource), results))
+        else:
+            ok(highest(path, resource) == (20 if resource == "r" else None),
+               f"authorizer ignoring {label}: a refused {high} for {resource} recorded nothing",
+               highest(path, resource))
+    errors = " ".join(e for _, passed, e in results if not passed)
+    if label in ("every read of fence_guards", "every read of sqlite_master"):
+        return   # the guard admission refuses ("not recorded"): closed, if not explained
+    ok("authorizer" in errors or "not authorized" in errors,
+       f"authorizer ignoring {label}: the errors name the authorizer", results)
+
+
+def authorizers(tmp):
+    for n, (label, auth) in enumerate(AUTHORIZERS):
+        authorizer_case(tmp, label, auth, n)
+
+    # an authorizer that denies is an error, never a silent pass
+    path = fresh(tmp, "deny.db")
+    counter(path)
+    conn = connect(path)
+    conn.set_authorizer(lambda code, a1, a2, db, inner:
+                        sqlite3.SQLITE_DENY if code == READ and a2 == "token" else sqlite3.SQLITE_OK)
+    rows, e = attempt(conn, "UPDATE counter SET n = 666, tok = 1 WHERE id = 1")
+    ok(e is not None and committed(path, "SELECT n, tok FROM counter") == [(0, 20)],
+       "an authorizer that denies reads of token: the stale UPDATE fails, nothing committed", e)
+
+    # an authorizer that allows everything changes nothing
+    conn.set_authorizer(lambda *a: sqlite3.SQLITE_OK)
+    rows, e = attempt(conn, "UPDATE counter SET n = 5, tok = 21 WHERE id = 1")
+    ok(e is None and committed(path, "SELECT n, tok FROM counter") == [(5, 21)]
+       and highest(path, "r") == 21,
+       "an authorizer that allows everything: a fresh token is accepted and recorded", e)
+    rows, e = attempt(conn, "SELECT fence_check('r', 3)")
+    ok(e is not None and "stale fencing token" in str(e),
+       "an authorizer that allows everything: a stale token is still stale", e)
+    rows, e = attempt(conn, "SELECT fence_reset('r')")
+    ok(e is None and highest(path, "r") is None,
+       "an authorizer that allows everything: fence_reset forgets the resource", e)
+    conn.close()
+
+    # fence_reset that an authorizer blinds must not report a reset it did not do
+    path = fresh(tmp, "reset.db")
+    counter(path)
+    conn = connect(path)
+    conn.set_authorizer(ignoring(READ, None, "resource"))
+    rows, e = attempt(conn, "SELECT fence_reset('r')")
+    ok(e is not None or highest(path, "r") is None,
+       "authorizer ignoring reads of resource: fence_reset either forgets r or fails",
+       (e, highest(path, "r")))
+    conn.close()
+
+
+# ---------------------------------------------------------------------------
+# B. A fence_tokens or fence_guards that fence did not create
+# ---------------------------------------------------------------------------
+
+FENCE_TOKENS_DDL = (
+    "CREATE TABLE fence_tokens(resource TEXT PRIMARY KEY NOT NULL, "
+    "token INTEGER NOT NULL CHECK (typeof(token) = 'integer' AND token >= 0), "
+    "updated_at TEXT NOT NULL) WITHOUT ROWID")
+
+FOREIGN_TOKENS = [
+    ("TEXT token (the review's case)",
+     "CREATE TABLE fence_tokens(resource TEXT PRIMARY KEY, token TEXT, updated_at TEXT)"),
+    ("a NOCASE resource",
+     FENCE_TOKENS_DDL.replace("resource TEXT PRIMARY KEY", "resource TEXT COLLATE NOCASE PRIMARY KEY")),
+    ("no CHECK on token",
+     FENCE_TOKENS_DDL.replace(" CHECK (typeof(token) = 'integer' AND token >= 0)", "")),
+    ("a rowid table", FENCE_TOKENS_DDL.replace(" WITHOUT ROWID", "")),
+    ("an extra column", FENCE_TOKENS_DDL.replace("updated_at TEXT NOT NULL)",
+                                                 "updated_at TEXT NOT NULL, note TEXT)")),
+]
+
+
+def foreign_tokens_case(tmp, label, ddl, n):
+    # fence_protect writes no fence_tokens: the table can appear after it
+    path = fresh(tmp, f"foreign{n}.db")
+    conn = connect(path)
+    conn.execute("CREATE TABLE counter(id INTEGER PRIMARY KEY, n INTEGER, tok BIGINT)")
+    conn.execute("SELECT fence_protect('counter', 'tok', 'counter-lock')")
+    conn.close()
+    plain = sqlite3.connect(path, isolation_level=None)
+    plain.execute(ddl)   # before fence's first use of fence_tokens
+    plain.close()
+    conn = connect(path)
+    attempt(conn, "INSERT INTO counter VALUES (1, 0, 9)")
+    attempt(conn, "UPDATE counter SET n = 1, tok = 10 WHERE id = 1")
+    rows, e = attempt(conn, "UPDATE counter SET n = 666, tok = 9 WHERE id = 1")
+    ok(committed(path, "SELECT count(*) FROM counter WHERE n = 666") == [(0,)],
+       f"a fence_tokens with {label}: the stale UPDATE does not commit",
+       committed(path, "SELECT * FROM counter"))
+    rows, e = attempt(conn, "SELECT fence_check('counter-lock', 11)")
+    ok(e is not None and "fence_tokens" in str(e) and "not a table fence created" in str(e),
+       f"a fence_tokens with {label}: fence refuses it and says why", e)
+    rows, e2 = attempt(conn, "SELECT fence_current('counter-lock')")
+    ok(e2 is not None and "fence_tokens" in str(e2),
+       f"a fence_tokens with {label}: fence_current refuses it too", e2)
+    conn.execute("CREATE TABLE other(id INTEGER PRIMARY KEY, tok INTEGER)")
+    rows, e3 = attempt(conn, "SELECT fence_protect('other', 'tok', 'x')")
+    ok(e3 is not None and "not a table fence created" in str(e3)
+       and committed(path, "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'other' "
+                           "AND type = 'trigger'") == [(0,)],
+       f"a fence_tokens with {label}: fence_protect refuses it at once", e3)
+    conn.close()
+    return path, e
+
+
+def foreign_tokens(tmp):
+    for n, (label, ddl) in enumerate(FOREIGN_TOKENS):
+        path, e = foreign_tokens_case(tmp, label, ddl, n)
+
+    # a CSV dump brought back with the shell's .import: every column TEXT
+    path = fresh(tmp, "imported.db")
+    csv = os.path.join(tmp, "tokens.csv")
+    with open(csv, "w") as f:
+        f.write("resource,token,updated_at\ncounter-lock,40,2026-11-23 10:00:00.000\n")
+    conn = connect(path)
+    conn.execute("CREATE TABLE counter(id INTEGER PRIMARY KEY, n INTEGER, tok INTEGER)")
+    conn.execute("SELECT fence_protect('counter', 'tok', 'counter-lock')")
+    conn.close()
+    shell = subprocess.run(["sqlite3", path, f".import --csv {csv} fence_tokens"],
+                           capture_output=True, text=True)
+    ok(shell.returncode == 0, "the shell's .import makes a fence_tokens from a CSV", shell.stderr)
+    conn = connect(path)
+    rows, e = attempt(conn, "INSERT INTO counter VALUES (1, 666, 39)")
+    ok(e is not None and committed(path, "SELECT count(*) FROM counter") == [(0,)],
+       "an imported fence_tokens (all TEXT): a write under it is refused, nothing committed", e)
+    msg = str(e)
+    ok("fence_tokens" in msg and "ALTER TABLE fence_tokens RENAME TO fence_tokens_old" in msg
+       and FENCE_TOKENS_DDL in msg and "CAST(token AS INTEGER)" in msg,
+       "an imported fence_tokens: the message says how to repair it", msg)
+
+    # the repair the message describes keeps the imported highest, as an integer
+    conn.executescript(
+        "ALTER TABLE fence_tokens RENAME TO fence_tokens_old;"
+        f"{FENCE_TOKENS_DDL};"
+        "INSERT INTO fence_tokens(resource, token, updated_at) "
+        "SELECT resource, CAST(token AS INTEGER), updated_at FROM fence_tokens_old;"
+        "DROP TABLE fence_tokens_old;")
+    rows, e = attempt(conn, "INSERT INTO counter VALUES (1, 666, 39)")
+    ok(e is not None and "stale fencing token" in str(e),
+       "after the repair: a token below the imported highest 40 is stale", e)
+    rows, e = attempt(conn, "INSERT INTO counter VALUES (1, 1, 41)")
+    ok(e is None and committed(path, "SELECT n, tok FROM counter") == [(1, 41)]
+       and committed(path, "SELECT token, typeof(token) FROM fence_tokens") == [(41, "integer")],
+       "after the repair: a fresh token commits and the highest is an integer", e)
+    conn.close()
+
+    # a fence_tokens that fence made, dumped and restored, is fence's
+    path = fresh(tmp, "own.db")
+    counter(path)
+    dump = list(sqlite3.connect(path).iterdump())
+    copy = fresh(tmp, "restored.db")
+    c = sqlite3.connect(copy)
+    c.executescript("\n".join(dump))
+    c.close()
+    conn = connect(copy)
+    rows, e = attempt(conn, "UPDATE counter SET n = 666, tok = 1 WHERE id = 1")
+    ok(e is not None and "stale fencing token" in str(e),
+       "a dumped and restored fence_tokens is fence's own: stale is stale", e)
+    rows, e = attempt(conn, "UPDATE counter SET n = 2, tok = 21 WHERE id = 1")
+    ok(e is None and committed(copy, "SELECT n, tok FROM counter") == [(2, 21)],
+       "a dumped and restored fence_tokens is fence's own: a fresh token commits", e)
+    conn.close()
+
+    # fence_tokens replaced by another shape while a connection has cached statements
+    path = fresh(tmp, "swapped.db")
+    counter(path)
+    conn = connect(path)
+    ok(conn.execute("SELECT fence_current('r')").fetchone() == (20,), "before the swap: highest 20")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.executescript(
+        "DROP TABLE fence_tokens;"
+        "CREATE TABLE fence_tokens(resource TEXT PRIMARY KEY, token TEXT, updated_at TEXT);"
+        "INSERT INTO fence_tokens VALUES ('r', '20', 'now');")
+    other.close()
+    rows, e = attempt(conn, "UPDATE counter SET n = 666, tok = 3 WHERE id = 1")
+    ok(e is not None and committed(path, "SELECT n FROM counter") == [(0,)],
+       "fence_tokens swapped for another shape under a connection: its next write is refused", e)
+    ok(e is not None and "not a table fence created" in str(e),
+       "fence_tokens swapped for another shape: the error says it is not fence's", e)
+    conn.close()
+
+
+def foreign_guards(tmp):
+    path = fresh(tmp, "guards.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE fence_guards(id TEXT PRIMARY KEY, resource TEXT, keyed TEXT, uniques TEXT)")
+    conn.close()
+    conn = connect(path)
+    conn.execute("CREATE TABLE counter(id INTEGER PRIMARY KEY, n INTEGER, tok INTEGER)")
+    rows, e = attempt(conn, "SELECT fence_protect('counter', 'tok', 'r')")
+    ok(e is not None and "fence_guards" in str(e) and "not a table fence created" in str(e),
+       "a fence_guards that fence did not create: fence_protect refuses it and says why", e)
+    ok(committed(path, "SELECT count(*) FROM sqlite_master WHERE type = 'trigger'") == [(0,)],
+       "a fence_guards that fence did not create: no guard was half made")
+    conn.close()
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in (authorizers, foreign_tokens, foreign_guards):
+            try:
+                case(tmp)
+            except Exception as e:  # a case that dies is a failure, not a crash of the file
+                ok(False, f"{case.__name__} ran to its end", repr(e))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
