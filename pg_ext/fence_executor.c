@@ -28,7 +28,10 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/partition.h"
 #include "executor/executor.h"
+#include "parser/parsetree.h"
+#include "utils/rel.h"
 #include "tcop/pquery.h"
 #include "utils/portal.h"
 
@@ -97,7 +100,7 @@ fence_executor_init(void)
  * (a function or procedure that may run MERGE inside) is treated as one.
  */
 bool
-fence_executor_maybe_merge(void)
+fence_executor_maybe_merge(Relation rel)
 {
 	if (runDepth > 0)
 		return innermost == CMD_MERGE;
@@ -109,10 +112,30 @@ fence_executor_maybe_merge(void)
 
 		if (IsA(stmt, PlannedStmt))
 		{
-			CmdType		cmd = ((PlannedStmt *) stmt)->commandType;
+			PlannedStmt *plan = (PlannedStmt *) stmt;
+			CmdType		cmd = plan->commandType;
 
+			/*
+			 * Only the statement's own target: a MERGE run by a function or
+			 * a trigger that the statement calls writes another table (or
+			 * the same one from inside, which stays the safe side's only
+			 * gap; docs/postgresql-guarantees.md).
+			 */
 			if (cmd == CMD_INSERT || cmd == CMD_UPDATE || cmd == CMD_DELETE)
-				return false;
+			{
+				Oid			relid = RelationGetRelid(rel);
+				List	   *ancestors = rel->rd_rel->relispartition ?
+					get_partition_ancestors(relid) : NIL;
+				ListCell   *lc;
+
+				foreach(lc, plan->resultRelations)
+				{
+					RangeTblEntry *rte = rt_fetch(lfirst_int(lc), plan->rtable);
+
+					if (rte->relid == relid || list_member_oid(ancestors, rte->relid))
+						return false;
+				}
+			}
 		}
 	}
 	return true;

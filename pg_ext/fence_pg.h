@@ -53,7 +53,7 @@ extern void fence_xact_flush(void);
 
 /* fence_executor.c: which statement fires the guard */
 extern void fence_executor_init(void);
-extern bool fence_executor_maybe_merge(void);
+extern bool fence_executor_maybe_merge(Relation rel);
 
 /* fence.c: errors, with the relation when a trigger reports them */
 extern void fence_report_stale(Relation rel, const char *resource, size_t len,

@@ -358,6 +358,19 @@ fence_accept(const char *resource, size_t len, int64 token)
 		return outcome;
 
 	/*
+	 * Below what this transaction holds: stale. Holding r at h means the
+	 * highest is h (we accepted it equal or advanced to it, and nobody can
+	 * advance past our lock), even when our own advance to h is still only
+	 * in memory and the row says less.
+	 */
+	if (held > token)
+	{
+		outcome.stale = true;
+		outcome.highest = held;
+		return outcome;
+	}
+
+	/*
 	 * Advancing a resource whose row this transaction has already written:
 	 * the row is ours and so is the exclusive lock, so nothing can have
 	 * changed it; record the new token, the row follows before commit.

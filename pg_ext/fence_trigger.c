@@ -431,7 +431,7 @@ guard_row(GuardSpec *spec, TriggerData *trigdata)
 		 * row's token would let a zombie write under the current highest. It
 		 * counts as not set, so the transaction must be fenced.
 		 */
-		if (tokenSet && fence_executor_maybe_merge())
+		if (tokenSet && fence_executor_maybe_merge(rel))
 		{
 			bool		oldNull;
 			bool		newNull;

@@ -440,9 +440,82 @@ def attack_review(conn):
        "an advance after SET LOCAL transaction_read_only = on is refused", "got %s" % state)
 
 
+# ---------------------------------------------------------------------------
+# found by a second review, of the newest mechanisms
+
+def attack_review2(conn):
+    fresh(conn, "t2", "src2", "logt", "u2")
+    # in-memory advances: a token between the written row and the pending
+    # highest must be stale
+    conn.execute("SELECT fence_check('mem', 1)")
+    state = None
+    try:
+        with conn.transaction():
+            conn.execute("SELECT fence_check('mem', 10)")
+            conn.execute("SELECT fence_check('mem', 12)")
+            state = sqlstate(conn, "SELECT fence_check('mem', 11)")
+            tried = one(conn, "SELECT fence_try('mem', 11)")
+    except psycopg.Error as e:
+        state = e.sqlstate
+        tried = None
+    ok(state == STALE and tried is False and one(conn, "SELECT fence_current('mem')") == 12,
+       "after advancing to 12 in memory, 11 is stale and 12 commits", "got %s, try %s" % (state, tried))
+    # the same through one COPY of a protected table
+    conn.execute("CREATE TABLE t2 (id int PRIMARY KEY, v int, tok bigint)")
+    conn.execute("SELECT fence_protect('t2', 'tok', 'copy-lock')")
+    state = None
+    try:
+        with conn.cursor().copy("COPY t2 FROM STDIN") as cp:
+            for row in ((1, 0, 10), (2, 0, 12), (3, 0, 11)):
+                cp.write_row(row)
+    except psycopg.Error as e:
+        state = e.sqlstate
+    ok(state == STALE and one(conn, "SELECT count(*) FROM t2") == 0 and
+       one(conn, "SELECT fence_current('copy-lock')") is None,
+       "one COPY with tokens 10, 12, 11 is refused whole", "got %s" % state)
+    # a MERGE nested in a fresh backend's first statement, which writes
+    # another table
+    conn.execute("DELETE FROM t2")
+    conn.execute("SELECT fence_check('copy-lock', 10)")
+    conn.execute("INSERT INTO t2 VALUES (1, 0, 10), (2, 0, 10)")
+    conn.execute("CREATE TABLE src2 (id int, v int, tok bigint, setit bool)")
+    conn.execute("INSERT INTO src2 VALUES (1, 111, NULL, false), (2, 222, 10, true)")
+    conn.execute("CREATE TABLE logt (x int)")
+    conn.execute("""CREATE OR REPLACE FUNCTION fm() RETURNS int LANGUAGE plpgsql AS $$
+                    BEGIN
+                      MERGE INTO t2 USING src2 ON t2.id = src2.id
+                        WHEN MATCHED AND src2.setit THEN UPDATE SET tok = src2.tok
+                        WHEN MATCHED THEN UPDATE SET v = src2.v;
+                      RETURN 1;
+                    END $$""")
+    first = connect()
+    state = sqlstate(first, "INSERT INTO logt SELECT fm()")
+    ok(state == MISSING and one(conn, "SELECT v FROM t2 WHERE id = 1") == 0,
+       "first statement INSERT INTO other SELECT f(), f() MERGEs without a fence: refused",
+       "got %s" % state)
+    first.close()
+    conn.execute("CREATE TABLE u2 (v int)")
+    conn.execute("INSERT INTO u2 VALUES (0)")
+    conn.execute("""CREATE OR REPLACE FUNCTION u2_merge() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN PERFORM fm(); RETURN NULL; END $$""")
+    conn.execute("CREATE TRIGGER u2_after AFTER UPDATE ON u2 FOR EACH ROW EXECUTE FUNCTION u2_merge()")
+    first = connect()
+    state = sqlstate(first, "UPDATE u2 SET v = v + 1")
+    ok(state == MISSING and one(conn, "SELECT v FROM t2 WHERE id = 1") == 0,
+       "first statement UPDATE other whose trigger MERGEs without a fence: refused", "got %s" % state)
+    first.close()
+    first = connect()
+    state = sqlstate(first, "UPDATE t2 SET v = 5, tok = 10 WHERE id = 1")
+    ok(state is None, "first statement UPDATE of the protected table itself, same token: accepted",
+       "got %s" % state)
+    first.close()
+    conn.execute("DROP TABLE t2, src2, logt, u2")
+    conn.execute("DROP FUNCTION fm(), u2_merge()")
+
+
 CASES = [attack_message_encoding, attack_merge, attack_key_settings, attack_token_type,
          attack_empty_columns, attack_guard_args, attack_lock_tag_collision,
-         attack_review, attack_scale]
+         attack_review, attack_review2, attack_scale]
 
 
 def main():
