@@ -255,7 +255,7 @@ for t in ("u_plain", "u_plain+loaded", "u_floor", "u_fenced", "o_plain", "o_fenc
     base = "u_plain" if t.startswith("u_") else "o_plain"
     extra = ""
     if t != base:
-        extra = f"+{o - cg[('old', base)]:,} -> +{n - cg[('new', base)]:,}"
+        extra = f"{o - cg[('old', base)]:+,} -> {n - cg[('new', base)]:+,}"
     print(f"| {label[t]} | {o:,} | {n:,} | {n - o:+,} | {n / o:.4f} | {extra} |")
 print()
 print(f"pgbench, transactions per second, median of {info['rounds']} rounds x {info['seconds']} s, "

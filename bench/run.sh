@@ -266,7 +266,28 @@ for run in $(seq 1 "$RUNS"); do
 done
 
 # ---------------------------------------------------------------------------
-# Bulk: one transaction fenced on many per-row resources (issue 10), under
+# Memory: one backend, MEM_WRITES single-row writes over 10000 rows, each its
+# own transaction; fenced per row (10000 resources). Both backends first run
+# the same warm-up (20000 writes of each kind, so that both have touched the
+# same shared buffers and lock table), then their peak RSS (VmHWM) is reset
+# and the measured run is of one kind only.
+# ---------------------------------------------------------------------------
+part mem && say "PostgreSQL memory: $MEM_WRITES writes per backend"
+part mem &&
+for v in plain fenced; do
+	psql -X -q -At 2>>"$LOG" <<SQL | sed "s/^/pgmem\t$v\t/" >>"$RAW"
+SELECT pg_backend_pid() AS pid \gset
+\setenv BPID :pid
+CALL bench_mem_plain(20000);
+CALL bench_mem_fenced(20000);
+\! sh -c 'echo 5 > /proc/\$BPID/clear_refs; sed -n "s/^\\(VmHWM\\|VmRSS\\|RssAnon\\|RssFile\\|RssShmem\\):[[:space:]]*\\([0-9]*\\) kB/warm\t\\1\t\\2/p" /proc/\$BPID/status'
+CALL bench_mem_$v($MEM_WRITES);
+\! sh -c 'sed -n "s/^\\(VmHWM\\|VmRSS\\|RssAnon\\|RssFile\\|RssShmem\\):[[:space:]]*\\([0-9]*\\) kB/end\t\\1\t\\2/p" /proc/\$BPID/status'
+SQL
+done
+
+# ---------------------------------------------------------------------------
+# Bulk: one transaction fenced on many per-row resources, under
 # the server's default max_locks_per_transaction. For each size N, the
 # tables of bench/pg/bulk.sql, then BULK_RUNS runs of:
 #   update   UPDATE of all N rows, equal tokens: unfenced, the C-trigger
@@ -280,6 +301,8 @@ done
 #            in a PL/pgSQL loop), written once before commit
 # The variants of a cell run back to back, their order rotating between runs.
 # Each time is one autocommit statement, COMMIT included (psql \timing).
+# After the memory cells: the bulk cells leave millions of rows in
+# fence_tokens, whose pages a fenced backend then maps (RssShmem).
 # ---------------------------------------------------------------------------
 bulk_sql() {	# bulk_sql CELL VARIANT N -> the statement measured
 	case $1/$2 in
@@ -328,27 +351,6 @@ if part bulk; then
 		done
 	done
 fi
-
-# ---------------------------------------------------------------------------
-# Memory: one backend, MEM_WRITES single-row writes over 10000 rows, each its
-# own transaction; fenced per row (10000 resources). Both backends first run
-# the same warm-up (20000 writes of each kind, so that both have touched the
-# same shared buffers and lock table), then their peak RSS (VmHWM) is reset
-# and the measured run is of one kind only.
-# ---------------------------------------------------------------------------
-part mem && say "PostgreSQL memory: $MEM_WRITES writes per backend"
-part mem &&
-for v in plain fenced; do
-	psql -X -q -At 2>>"$LOG" <<SQL | sed "s/^/pgmem\t$v\t/" >>"$RAW"
-SELECT pg_backend_pid() AS pid \gset
-\setenv BPID :pid
-CALL bench_mem_plain(20000);
-CALL bench_mem_fenced(20000);
-\! sh -c 'echo 5 > /proc/\$BPID/clear_refs; sed -n "s/^\\(VmHWM\\|VmRSS\\|RssAnon\\|RssFile\\|RssShmem\\):[[:space:]]*\\([0-9]*\\) kB/warm\t\\1\t\\2/p" /proc/\$BPID/status'
-CALL bench_mem_$v($MEM_WRITES);
-\! sh -c 'sed -n "s/^\\(VmHWM\\|VmRSS\\|RssAnon\\|RssFile\\|RssShmem\\):[[:space:]]*\\([0-9]*\\) kB/end\t\\1\t\\2/p" /proc/\$BPID/status'
-SQL
-done
 
 record info seconds "$(($(date +%s) - STARTED))"
 say "done in $(($(date +%s) - STARTED)) s; raw results in ${RAW#$FENCE_ROOT/}"
