@@ -38,7 +38,7 @@
  * no way to prepare a statement past it. So every read of fence_tokens
  * proves itself (the resource read back, an INTEGER token, a TEXT
  * updated_at, and a canary row: the table's first resource is never NULL),
- * every advance reads back what it wrote (RETURNING), and fence_reset
+ * every advance reads back what it wrote, and fence_reset
  * reads again after deleting; anything else is refused as untrusted. The
  * table itself must be the one fence creates (fenceOwnTableShape): a
  * fence_tokens made by hand or by an import, with other types or
@@ -78,8 +78,7 @@ static const char advanceTokenSql[] =
 "INSERT INTO main.fence_tokens(resource, token, updated_at) "
 "VALUES (?1, ?2, strftime('%Y-%m-%d %H:%M:%f', 'now')) "
 "ON CONFLICT(resource) DO UPDATE SET token = excluded.token, "
-"updated_at = excluded.updated_at WHERE excluded.token > fence_tokens.token "
-"RETURNING token";
+"updated_at = excluded.updated_at WHERE excluded.token > fence_tokens.token";
 
 static const char deleteTokenSql[] =
 "DELETE FROM main.fence_tokens WHERE resource = ?1";
@@ -424,22 +423,15 @@ readHighest(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 	return readHighestAt(conn, z, n, bCreate, pHas, pHighest, NULL, 0);
 }
 
-/*
- * Run an advance or a delete of resource z. *pReturned counts the rows its
- * RETURNING clause gave (the advance's), *pReturnedToken the first one's
- * token, or -1 when it was not an integer.
- */
 static int
-runTokenStmtReturning(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
-					  int n, sqlite3_int64 token, int *pReturned, sqlite3_int64 *pReturnedToken)
+runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
+			 int n, sqlite3_int64 token)
 {
 	int			attempt;
 	int			rc = SQLITE_OK;
 
 	for (attempt = 0; attempt < 2; attempt++)
 	{
-		*pReturned = 0;
-		*pReturnedToken = -1;
 		rc = prepareTokenStmt(conn, pp, sql, 1);
 		if (rc != SQLITE_OK)
 			return rc;
@@ -454,11 +446,7 @@ runTokenStmtReturning(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const
 		sqlite3_bind_text(*pp, 1, z, n, SQLITE_STATIC);
 		if (sqlite3_bind_parameter_count(*pp) >= 2)
 			sqlite3_bind_int64(*pp, 2, token);
-		while ((rc = sqlite3_step(*pp)) == SQLITE_ROW)
-		{
-			if ((*pReturned)++ == 0 && sqlite3_column_type(*pp, 0) == SQLITE_INTEGER)
-				*pReturnedToken = sqlite3_column_int64(*pp, 0);
-		}
+		rc = sqlite3_step(*pp);
 		if (rc != SQLITE_DONE)
 			saveError(conn, rc);
 		sqlite3_reset(*pp);
@@ -469,16 +457,6 @@ runTokenStmtReturning(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const
 	if (rc != SQLITE_DONE)
 		return rc;
 	return tokenTableStillTrusted(conn);
-}
-
-static int
-runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
-			 int n, sqlite3_int64 token)
-{
-	int			nReturned;
-	sqlite3_int64 returned;
-
-	return runTokenStmtReturning(conn, pp, sql, z, n, token, &nReturned, &returned);
 }
 
 /* ---------------------------------------------------------------------
@@ -692,43 +670,38 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	{
 		if (outer && undoNote(conn, z, n, has, highest, zAt) != SQLITE_OK)
 			return SQLITE_NOMEM;
-		int			nReturned;
-		sqlite3_int64 returned;
+		int			bWrote;
 
-		rc = runTokenStmtReturning(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token,
-								   &nReturned, &returned);
+		rc = runTokenStmt(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token);
 		if (outer)
 			conn->undoChanges = sqlite3_total_changes64(conn->db);
 		if (rc != SQLITE_OK)
 			return rc;
-
-		/* the row written reads back with another token: the write was cut */
-		if (nReturned > 0 && returned != token)
-			return untrusted(conn, "the advance of main.fence_tokens did not write the "
-							 "token it was given", z, n);
+		bWrote = sqlite3_changes(conn->db) > 0;
 
 		/*
-		 * No row written: another connection raised the highest between our
-		 * read and our write. That can only happen when there is no open
-		 * transaction to hold the write lock (an autocommit SELECT, whose
-		 * enlisting statement has already committed); judge again. A
-		 * highest that is still below the token (or none) means the write
-		 * was skipped: never say "accepted" without having recorded it.
+		 * Read back what was written: an authorizer may have cut the token
+		 * out of the UPDATE, or the INSERT out of the statement (a read
+		 * back costs less than a RETURNING clause). No row written means
+		 * another connection raised the highest between our read and our
+		 * write, which can only happen when there is no open transaction
+		 * to hold the write lock (an autocommit SELECT, whose enlisting
+		 * statement has already committed): judge again. Either way a
+		 * highest still below the token (or none) means the write did not
+		 * take effect: never say "accepted" without having recorded it.
 		 */
-		if (nReturned == 0)
+		rc = readHighest(conn, z, n, 1, &has, &highest);
+		if (rc != SQLITE_OK)
+			return rc;
+		if (!has || highest < token || (bWrote && highest != token))
+			return untrusted(conn, bWrote ? "the advance of main.fence_tokens did not write "
+							 "the token it was given" : "the advance of main.fence_tokens "
+							 "did not take effect", z, n);
+		if (!fence_verdict_accepts(fence_decide(has, highest, token)))
 		{
-			rc = readHighest(conn, z, n, 1, &has, &highest);
-			if (rc != SQLITE_OK)
-				return rc;
-			if (!has || highest < token)
-				return untrusted(conn, "the advance of main.fence_tokens did not take effect",
-								 z, n);
-			if (!fence_verdict_accepts(fence_decide(has, highest, token)))
-			{
-				*pStale = 1;
-				*pHighest = highest;
-				return SQLITE_OK;
-			}
+			*pStale = 1;
+			*pHighest = highest;
+			return SQLITE_OK;
 		}
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
