@@ -32,8 +32,9 @@
 # new/old ratios of medians and the lowest-highest per-round paired ratio;
 # raw rows in bench/results/before_after.tsv. Run as root, from anywhere.
 #
-# Knobs: BA_OLD (commit), BA_ROUNDS (5), BA_SECONDS (3), BA_CG_N (2000),
-# BA_CG_WARM (200); --quick = 2 rounds of 1 s and N 500.
+# Knobs: BA_OLD (commit), BA_ROUNDS (5; 0 for the instruction counts
+# alone, about 2 minutes), BA_SECONDS (3), BA_CG_N (2000), BA_CG_WARM (200);
+# --quick = 2 rounds of 1 s and N 500.
 set -u
 
 QUICK=0
@@ -258,6 +259,8 @@ for t in ("u_plain", "u_plain+loaded", "u_floor", "u_fenced", "o_plain", "o_fenc
         extra = f"{o - cg[('old', base)]:+,} -> {n - cg[('new', base)]:+,}"
     print(f"| {label[t]} | {o:,} | {n:,} | {n - o:+,} | {n / o:.4f} | {extra} |")
 print()
+if not pg:
+    sys.exit(0)
 print(f"pgbench, transactions per second, median of {info['rounds']} rounds x {info['seconds']} s, "
       "the builds back to back in alternating order; new/old ratio of the medians, "
       "and the lowest-highest paired per-round ratio:")
