@@ -18,7 +18,10 @@
  *                  one would delete rows unchecked), and no object in any
  *                  schema other than fence's own guard triggers names a
  *                  guard function (SQL cannot compute a function's name, so
- *                  a view or trigger that could call one must spell it).
+ *                  a view or trigger that could call one must spell it),
+ *                  and, for a table checked AFTER INSERT (its key is the
+ *                  INTEGER PRIMARY KEY), no other trigger on it in main or
+ *                  temp may RAISE(IGNORE), which would skip that check.
  *                  A table in an attached file therefore cannot be written
  *                  through that schema name: its guard id is in the file's
  *                  fence_tokens' neighbour, not in main's.
@@ -83,7 +86,12 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 	sqlite3_free(zMsg);
 }
 
-/* The UNIQUE indexes of main.zTable, a sorted comma list; NULL on error. */
+/*
+ * The UNIQUE indexes of main.zTable, what identifies each: a sorted comma
+ * list of name(column collation, ...), an expression column as "<expr>".
+ * The columns, not the name: an index dropped and made again under the same
+ * name on other columns would be REPLACEd through unchecked. NULL on error.
+ */
 char *
 fenceUniqueSignature(sqlite3 *db, const char *zTable)
 {
@@ -91,9 +99,11 @@ fenceUniqueSignature(sqlite3 *db, const char *zTable)
 	char	   *z = NULL;
 
 	if (sqlite3_prepare_v2(db,
-						   "SELECT coalesce(group_concat(name, ','), '') FROM "
-						   "(SELECT name FROM pragma_index_list(?1, 'main') "
-						   "WHERE \"unique\" ORDER BY name)", -1, &stmt, NULL) == SQLITE_OK)
+						   "SELECT coalesce(group_concat(sig, ','), '') FROM "
+						   "(SELECT l.name || '(' || (SELECT group_concat(coalesce(x.name, '<expr>') "
+						   "|| ' ' || x.coll, ' ') FROM pragma_index_xinfo(l.name, 'main') AS x "
+						   "WHERE x.key) || ')' AS sig FROM pragma_index_list(?1, 'main') AS l "
+						   "WHERE l.\"unique\" ORDER BY l.name)", -1, &stmt, NULL) == SQLITE_OK)
 	{
 		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
 		if (sqlite3_step(stmt) == SQLITE_ROW)
@@ -241,6 +251,69 @@ checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
 	return 1;
 }
 
+/*
+ * A table whose per-row key is its INTEGER PRIMARY KEY is checked AFTER
+ * INSERT, once SQLite has assigned the key. RAISE(IGNORE) in another AFTER
+ * INSERT trigger on it that fires first (a TEMP one, or one made later)
+ * abandons the triggers still to run with the row already written: fence's
+ * check would be skipped. Such a guard is admitted only while no trigger on
+ * the table but fence's own, in main or temp, could RAISE(IGNORE) (the text
+ * "raise" followed by "ignore"; a BEFORE one is refused too, which is
+ * harmless but spares parsing). Returns 1, or 0 with an error set.
+ */
+static int
+checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
+					  const char *zTable)
+{
+	static const char *const azSchema[] = {"main", "temp"};
+	int			i;
+
+	for (i = 0; i < 2; i++)
+	{
+		sqlite3_stmt *stmt = NULL;
+		char	   *zSql = sqlite3_mprintf(
+			"SELECT name FROM %s.sqlite_schema WHERE type = 'trigger' "
+			"AND tbl_name = ?1 COLLATE NOCASE AND sql LIKE '%%raise%%ignore%%' "
+			"AND EXISTS (SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' "
+			"AND name = 'fence:' || ?2 || ':insert_after') "
+			"AND NOT (?3 AND name IN ('fence:' || ?2 || ':insert', 'fence:' || ?2 || ':insert_after', "
+			"'fence:' || ?2 || ':update', 'fence:' || ?2 || ':update_token', "
+			"'fence:' || ?2 || ':delete')) LIMIT 1", azSchema[i]);
+		int			rc;
+
+		if (zSql == NULL)
+		{
+			sqlite3_result_error_nomem(ctx);
+			return 0;
+		}
+		rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
+		sqlite3_free(zSql);
+		if (rc == SQLITE_OK)
+		{
+			sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+			sqlite3_bind_int64(stmt, 2, id);
+			sqlite3_bind_int(stmt, 3, i == 0);
+			rc = sqlite3_step(stmt);
+		}
+		if (rc == SQLITE_ROW)
+			refuse(ctx, FENCE_RC_INVALID,
+				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" may "
+								   "RAISE(IGNORE), which would skip fence's check of a row "
+								   "whose key SQLite assigns (made AFTER INSERT); write the "
+								   "trigger without RAISE(IGNORE) (a WHEN clause skips its body "
+								   "instead), or drop it", azSchema[i],
+								   (const char *) sqlite3_column_text(stmt, 0), zTable));
+		else if (rc != SQLITE_DONE)
+			refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of "
+											"\"%s\": %s", (long long) id, zTable,
+											sqlite3_errmsg(conn->db)));
+		sqlite3_finalize(stmt);
+		if (rc != SQLITE_DONE)
+			return 0;
+	}
+	return 1;
+}
+
 /* Does attached schema zSchema also record guard id (a copy of main)? */
 static int
 attachedHoldsId(FenceConn *conn, const char *zSchema, sqlite3_int64 id, int *pHolds)
@@ -352,6 +425,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   zNow[0] ? zNow : "none"));
 	else
 		ok = 1;
+	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
+		ok = 0;
 	sqlite3_free(zNow);
 	sqlite3_finalize(stmt);
 	if (!ok)

@@ -195,6 +195,23 @@ isWithoutRowid(sqlite3 *db, const char *zTable)
 	return bWr;
 }
 
+static int
+isStrict(sqlite3 *db, const char *zTable)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			bStrict = 0;
+
+	if (sqlite3_prepare_v2(db, "SELECT strict FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
+						   -1, &stmt, NULL) == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		if (sqlite3_step(stmt) == SQLITE_ROW)
+			bStrict = sqlite3_column_int(stmt, 0);
+	}
+	sqlite3_finalize(stmt);
+	return bStrict;
+}
+
 /* Does the column exist? *pIsRowid: it is the table's INTEGER PRIMARY KEY. */
 static int
 lookupColumn(sqlite3_context *ctx, const char *zTable, const char *zColumn,
@@ -285,6 +302,30 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 		if (rc != SQLITE_OK)
 		{
 			resultError(ctx, rc, sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
+			return 0;
+		}
+		/*
+		 * SQLite holds 1 and 1.0 as one key in a column with no affinity (or
+		 * ANY in a STRICT table) while CAST(... AS TEXT) makes them "1" and
+		 * "1.0": one row under two resources. INTEGER affinity turns 1.0
+		 * into 1 and TEXT affinity keeps '1' and '1.0' two keys, so only
+		 * those two are accepted (and they read alike in PostgreSQL).
+		 */
+		if (!spec->bKeyIsRowid &&
+			((strcmp(declaredAffinity(zType), "INTEGER") != 0 &&
+			  strcmp(declaredAffinity(zType), "TEXT") != 0) ||
+			 (isStrict(db, spec->zTable) && zType && sqlite3_stricmp(zType, "ANY") == 0)))
+		{
+			resultError(ctx, SQLITE_ERROR,
+						sqlite3_mprintf("fence_protect: key column \"%s\".\"%s\" is declared "
+										"\"%s\", which has %s affinity; under it two values "
+										"the table holds as one key (1 and 1.0) would name two "
+										"resources, so declare the key column INTEGER or TEXT; "
+										"the table is left unguarded", spec->zTable,
+										spec->zKeyColumn, zType ? zType : "",
+										zType && sqlite3_stricmp(zType, "ANY") == 0 &&
+										isStrict(db, spec->zTable) ? "no" :
+										declaredAffinity(zType)));
 			return 0;
 		}
 		if (zColl && sqlite3_stricmp(zColl, "BINARY") != 0)
@@ -478,7 +519,11 @@ resourceArgs(const ProtectSpec *spec, const char *zRow)
 						   zRow, spec->zKeyColumn);
 }
 
-/* The SELECT list a trigger runs: the guard on OLD, and on NEW if it differs. */
+/*
+ * The condition a trigger's WHEN tests: the guard on OLD, and on NEW if it
+ * differs, each having returned a value (a real call returns the token or
+ * 1, or raises; one an authorizer ignored returns NULL).
+ */
 static char *
 guardCalls(const ProtectSpec *spec, const char *zFunc, const char *zTail,
 		   int bOld, int bNew)
@@ -494,18 +539,22 @@ guardCalls(const ProtectSpec *spec, const char *zFunc, const char *zTail,
 		zNew = NULL;
 	}
 	if (zOld && zNew)
-		zSql = sqlite3_mprintf("%s(%s%s), %s(%s%s)", zFunc, zOld, zTail, zFunc, zNew, zTail);
+		zSql = sqlite3_mprintf("%s(%s%s) IS NOT NULL AND %s(%s%s) IS NOT NULL",
+							   zFunc, zOld, zTail, zFunc, zNew, zTail);
 	else if (zOld || zNew)
-		zSql = sqlite3_mprintf("%s(%s%s)", zFunc, zOld ? zOld : zNew, zTail);
+		zSql = sqlite3_mprintf("%s(%s%s) IS NOT NULL", zFunc, zOld ? zOld : zNew, zTail);
 	sqlite3_free(zOld);
 	sqlite3_free(zNew);
 	return zSql;
 }
 
 /*
- * "SELECT <guard on c> FROM T AS c WHERE <term> [AND <not OLD>];" for each
- * conflict term: the rows this write would replace, each checked as an
- * UPDATE of that row. "" without a key.
+ * " AND (SELECT count(*) - count(<guard on c>) FROM T AS c WHERE <term>
+ * [AND <not OLD>]) IS 0" for each conflict term: the rows this write would
+ * replace, each checked as an UPDATE of that row. The difference is 0 only
+ * when the look-up ran and every call returned a value: an authorizer that
+ * ignores the SELECT (NULL) or the call (not counted) fails it. "" without
+ * a key.
  */
 static char *
 conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, int bUpdate)
@@ -530,13 +579,13 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 		 * makes it once, before any look-up.
 		 */
 		if (bUpdate)
-			z = sqlite3_mprintf("%s SELECT %s(%lld, %Q, c.\"%w\"%s) FROM \"%w\" AS c "
-								"WHERE (%.*s) AND %.*s AND %s;", zSql, zFunc,
+			z = sqlite3_mprintf("%s AND (SELECT count(*) - count(%s(%lld, %Q, c.\"%w\"%s)) "
+								"FROM \"%w\" AS c WHERE (%.*s) AND %.*s AND %s) IS 0", zSql, zFunc,
 								(long long) spec->id, spec->zResource, spec->zKeyColumn, zTail,
 								spec->zTable, nChg, zChg + 1, nLook, zTerm, spec->zNotOld);
 		else
-			z = sqlite3_mprintf("%s SELECT %s(%lld, %Q, c.\"%w\"%s) FROM \"%w\" AS c "
-								"WHERE %.*s;", zSql, zFunc, (long long) spec->id,
+			z = sqlite3_mprintf("%s AND (SELECT count(*) - count(%s(%lld, %Q, c.\"%w\"%s)) "
+								"FROM \"%w\" AS c WHERE %.*s) IS 0", zSql, zFunc, (long long) spec->id,
 								spec->zResource, spec->zKeyColumn, zTail, spec->zTable,
 								nLook, zTerm);
 
@@ -546,6 +595,18 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 	}
 	return zSql;
 }
+
+/*
+ * A guard trigger's check is its WHEN clause, not a SELECT in its body: an
+ * authorizer answering SQLITE_IGNORE for a SELECT skips the statement (the
+ * guard would not run at all) and for a function makes its call NULL. WHEN
+ * is an expression with no SELECT of its own, and RAISE is no function, so
+ * a condition that is not exactly true (false or NULL: something did not
+ * run) raises. The body, never reached, is a placeholder. Takes G last.
+ */
+#define GUARD_WHEN_HEAD "CASE WHEN "
+#define GUARD_WHEN_TAIL " THEN 0 ELSE RAISE(ABORT, 'fence guard %lld did not run (an " \
+	"authorizer ignored it?): write refused') END BEGIN SELECT 0; END"
 
 static char *
 protectSql(const ProtectSpec *spec)
@@ -579,32 +640,36 @@ protectSql(const ProtectSpec *spec)
 	if (spec->bKeyIsRowid)
 		zInsertTriggers = sqlite3_mprintf(
 			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
-			"BEGIN SELECT fence_guard_ready(%lld, %Q, 1); SELECT %s WHERE NEW.\"%w\" <> -1;%s END;\n"
+			"WHEN " GUARD_WHEN_HEAD "fence_guard_ready(%lld, %Q, 1) IS NOT NULL AND "
+			"CASE WHEN NEW.\"%w\" <> -1 THEN %s ELSE 1 END%s" GUARD_WHEN_TAIL ";\n"
 			"CREATE TRIGGER main.\"fence:%lld:insert_after\" AFTER INSERT ON \"%w\" "
-			"BEGIN SELECT %s; END;\n",
-			G, T, G, spec->zResource, zInsert, spec->zKeyColumn, zInsertConflicts, G, T, zInsert);
+			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n",
+			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, G, G, T,
+			zInsert, G);
 	else
 		zInsertTriggers = sqlite3_mprintf(
 			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
-			"BEGIN SELECT %s;%s END;\n", G, T, zInsert, zInsertConflicts);
+			"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n",
+			G, T, zInsert, zInsertConflicts, G);
 	/* created after "update" so that it runs first */
 	zTokenTrigger = spec->zTokenColumn ?
 		sqlite3_mprintf("CREATE TRIGGER main.\"fence:%lld:update_token\" "
-						"BEFORE UPDATE OF \"%w\" ON \"%w\" BEGIN SELECT %s;%s END;\n",
-						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts) :
+						"BEFORE UPDATE OF \"%w\" ON \"%w\" "
+						"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n",
+						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts, G) :
 		sqlite3_mprintf("%s", "");
 	if (zInsertTriggers && zTokenTrigger)
 		zSql = sqlite3_mprintf(
 			"%s"
 			"CREATE TRIGGER main.\"fence:%lld:update\" BEFORE UPDATE ON \"%w\" "
-			"BEGIN SELECT %s;%s END;\n"
+			"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n"
 			"%s"
 			"CREATE TRIGGER main.\"fence:%lld:delete\" BEFORE DELETE ON \"%w\" "
-			"BEGIN SELECT %s; END;\n",
+			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n",
 			zInsertTriggers,
-			G, T, zUpdate, zUpdateConflicts,
+			G, T, zUpdate, zUpdateConflicts, G,
 			zTokenTrigger,
-			G, T, zDelete);
+			G, T, zDelete, G);
 done:
 	sqlite3_free(zInsertTriggers);
 	sqlite3_free(zTokenTrigger);

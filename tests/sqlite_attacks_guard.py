@@ -556,11 +556,126 @@ def shape_attacks():
     c.close()
 
 
+# ---------------------------------------------------------------------
+# 10. A second review (issue 11): key affinity, RAISE(IGNORE), an
+#     authorizer that ignores the guard, an index re-made under its name
+# ---------------------------------------------------------------------
+def review2_attacks():
+    # a key column without INTEGER or TEXT affinity: 1 and 1.0 are one key
+    # to SQLite but "kv:1" and "kv:1.0" to a resource, so protect refuses it
+    for n, (decl, strict) in enumerate((("k PRIMARY KEY", ""), ("k BLOB PRIMARY KEY", ""),
+                         ("k NUMERIC PRIMARY KEY", ""), ("k REAL PRIMARY KEY", ""),
+                         ("k ANY PRIMARY KEY", " STRICT"))):
+        path = os.path.join(work, "aff%d.db" % n)
+        c = connect(path)
+        c.execute("SELECT fence_check('setup', 1)")
+        c.execute("CREATE TABLE kv (%s, v ANY, tok INTEGER)%s" % (decl, strict))
+        err = attempt(c, "SELECT fence_protect('kv', 'tok', 'kv:', 'k')")
+        attempt(c, "INSERT INTO kv VALUES (1, 'owner', 10)")
+        err2 = attempt(c, "REPLACE INTO kv VALUES (1.0, 'zombie', 5)")
+        c.close()
+        rows, tokens = committed(path, "kv")
+        ok(err is not None and "affinity" in err and
+           not [t for t in tokens if t[0].startswith("kv:")],
+           "a key column declared %r%s is refused by fence_protect" % (decl, strict),
+           "protect: %r; replace: %r; rows %r; tokens %r" % (err, err2, rows, tokens))
+    for n, decl in enumerate(("k INTEGER PRIMARY KEY", "k TEXT PRIMARY KEY", "k INT PRIMARY KEY")):
+        path = os.path.join(work, "affok%d.db" % n)
+        c = connect(path)
+        c.execute("CREATE TABLE kv (%s, v, tok INTEGER)" % decl)
+        err = attempt(c, "SELECT fence_protect('kv', 'tok', 'kv:', 'k')")
+        c.close()
+        ok(err is None, "a key column declared %r can be protected" % decl, err)
+
+    # RAISE(IGNORE) in the application's AFTER INSERT trigger, firing before
+    # fence's AFTER check of an auto-assigned INTEGER PRIMARY KEY
+    for temp, name in (("TEMP ", "a TEMP"), ("", "a later main")):
+        path = os.path.join(work, "ign%d.db" % len(temp))
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE acct (id INTEGER PRIMARY KEY, bal INTEGER, tok INTEGER);
+            SELECT fence_protect('acct', 'tok', 'acct:', 'id');
+            INSERT INTO acct VALUES (1, 100, 10);
+            SELECT fence_check('acct:2', 50);
+        """)
+        before = committed(path, "acct")
+        c.execute("CREATE %sTRIGGER ign AFTER INSERT ON main.acct "
+                  "BEGIN SELECT RAISE(IGNORE); END" % temp)
+        err = attempt(c, "INSERT INTO acct(bal, tok) VALUES (-1, 5)")
+        unchanged(path, "acct", before,
+                  "%s AFTER INSERT trigger's RAISE(IGNORE) does not skip the check of an "
+                  "assigned key" % name, err)
+        c.execute("DROP TRIGGER ign")
+        err = attempt(c, "INSERT INTO acct(bal, tok) VALUES (7, 50)")
+        rows, _ = committed(path, "acct")
+        ok(err is None and rows == [(1, 100, 10), (2, 7, 50)],
+           "with %s RAISE(IGNORE) trigger dropped, a current token writes" % name,
+           "%r %r" % (err, rows))
+        c.close()
+
+    # an authorizer answering SQLITE_IGNORE for the guard's functions (their
+    # calls give NULL) or for the SELECTs of fence's triggers (skipped)
+    def blind_functions(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_FUNCTION and (a2 or "").startswith("fence_guard_"):
+            return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+
+    def blind_selects(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_SELECT and (trigger or "").startswith("fence:"):
+            return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+
+    for auth, what in ((blind_functions, "fence_guard_* calls"),
+                       (blind_selects, "the SELECTs of fence's triggers")):
+        for sql in ("UPDATE acct SET v = 99, tok = 1 WHERE k = 'a'",
+                    "UPDATE acct SET v = 99 WHERE k = 'a'",
+                    "INSERT INTO acct VALUES ('c', 'uc', 1, 0)",
+                    "INSERT OR REPLACE INTO acct VALUES ('c', 'ua', 1, 0)",
+                    "DELETE FROM acct WHERE k = 'b'",
+                    "UPDATE single SET v = 99, tok = 1",
+                    "INSERT INTO single VALUES (3, 1, 0)"):
+            path = fresh_db()
+            table = "single" if "single" in sql else "acct"
+            before = committed(path, table)
+            c = connect(path)
+            c.set_authorizer(auth)
+            err = attempt(c, sql)
+            c.set_authorizer(None)
+            c.close()
+            unchanged(path, table, before,
+                      "an authorizer ignoring %s does not pass: %s" % (what, sql), err)
+    path = fresh_db()
+    c = connect(path)
+    c.set_authorizer(lambda *a: sqlite3.SQLITE_OK)
+    err = attempt(c, "UPDATE acct SET v = 2, tok = 9 WHERE k = 'a'")
+    c.close()
+    rows, _ = committed(path, "acct")
+    ok(err is None and rows[0] == ("a", "ua", 2, 9),
+       "an authorizer that allows everything leaves the guard working", "%r %r" % (err, rows))
+
+    # a UNIQUE index dropped and made again under its name on other columns
+    path = os.path.join(work, "reindex.db")
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE acct (k TEXT PRIMARY KEY, email TEXT, v TEXT, tok INTEGER);
+        CREATE UNIQUE INDEX acct_uq ON acct(v);
+        SELECT fence_protect('acct', 'tok', 'acct:', 'k');
+        INSERT INTO acct VALUES ('a', 'e@x', 'owner', 10);
+        DROP INDEX acct_uq;
+        CREATE UNIQUE INDEX acct_uq ON acct(email);
+    """)
+    before = committed(path, "acct")
+    err = attempt(c, "INSERT OR REPLACE INTO acct VALUES ('b', 'e@x', 'zombie', 5)")
+    c.close()
+    unchanged(path, "acct", before,
+              "REPLACE through a UNIQUE index re-made under its old name on other columns", err)
+
+
 def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, affinity_attacks, planted_attacks, blob_attacks,
-                     shape_attacks):
+                     shape_attacks, review2_attacks):
             try:
                 part()
             except Exception as e:  # a crash in one class must not hide the others
