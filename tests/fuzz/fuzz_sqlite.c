@@ -893,12 +893,13 @@ openConn(Conn *c, int isBare)
 	cur = c;
 
 	/*
-	 * t: one fence "r". k: one per row, "p:" || id, any type of key.
+	 * t: one fence "r". k: one per row, "p:" || id, a TEXT key (fence_protect
+	 * refuses a key without INTEGER or TEXT affinity: 1 and 1.0 would be one key).
 	 * u: one per row on the INTEGER PRIMARY KEY (an AFTER INSERT guard).
 	 * x: unprotected, for fuzzed fence_protect calls to guard as they like.
 	 */
 	execOrDie("CREATE TABLE t(id INTEGER PRIMARY KEY, tok, v);"
-			  "CREATE TABLE k(id PRIMARY KEY, tok, v);"
+			  "CREATE TABLE k(id TEXT PRIMARY KEY, tok, v);"
 			  "CREATE TABLE u(id INTEGER PRIMARY KEY, tok, v);"
 			  "CREATE TABLE x(id PRIMARY KEY, tok, v);"
 			  "CREATE VIEW w AS SELECT * FROM t;"
