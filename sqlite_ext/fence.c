@@ -1146,6 +1146,7 @@ fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 					  FENCE_NULL : FENCE_NOT_TEXT, 0, 0);
 		return;
 	}
+	fenceGuardRecheckSchema(conn);
 	if (fenceGuardAdmit(ctx, conn, argv[0], zRes, sqlite3_value_bytes(argv[1]),
 						sqlite3_value_int(argv[2]) != 0))
 		sqlite3_result_int(ctx, 1);

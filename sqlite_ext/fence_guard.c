@@ -586,6 +586,20 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	return admitNew(ctx, conn, id, zRes, nRes, bKeyed);
 }
 
+/*
+ * fence_guard_ready, the BEFORE INSERT call of a table checked AFTER INSERT:
+ * read the schema cookies again now, not once per transaction. A trigger
+ * that may RAISE(IGNORE) (checkIgnoringTriggers), created by this connection
+ * after the transaction's first write, would otherwise go unseen until the
+ * next transaction while it skips the AFTER check. Two cached PRAGMA steps
+ * per row of such a table; with a database attached, admission per row.
+ */
+void
+fenceGuardRecheckSchema(FenceConn *conn)
+{
+	conn->bGuardTxnChecked = 0;
+}
+
 /* A transaction ended: check the schema generation again at the next one. */
 void
 fenceGuardTxnEnded(FenceConn *conn)

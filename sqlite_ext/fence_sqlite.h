@@ -107,6 +107,7 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 							const char *zRes, int nRes, int bKeyed);
 void		fenceGuardTxnEnded(FenceConn *conn);
+void		fenceGuardRecheckSchema(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable);
 

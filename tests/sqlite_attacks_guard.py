@@ -613,6 +613,27 @@ def review2_attacks():
            "%r %r" % (err, rows))
         c.close()
 
+    # the same trigger created inside the transaction, after a write that
+    # admitted the guard
+    path = os.path.join(work, "ignmid.db")
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE acct (id INTEGER PRIMARY KEY, bal INTEGER, tok INTEGER);
+        SELECT fence_protect('acct', 'tok', 'acct:', 'id');
+        INSERT INTO acct VALUES (1, 100, 10);
+        SELECT fence_check('acct:3', 50);
+    """)
+    err = script(c, ["BEGIN", "INSERT INTO acct(bal, tok) VALUES (1, 60)",
+                     "CREATE TEMP TRIGGER ign AFTER INSERT ON main.acct "
+                     "BEGIN SELECT RAISE(IGNORE); END",
+                     "INSERT INTO acct(bal, tok) VALUES (-1, 5)"])
+    attempt(c, "COMMIT")
+    c.close()
+    rows, _ = committed(path, "acct")
+    ok(err is not None and (3, -1, 5) not in rows,
+       "a RAISE(IGNORE) trigger created mid-transaction does not skip the AFTER check",
+       "%r %r" % (err, rows))
+
     # an authorizer answering SQLITE_IGNORE for the guard's functions (their
     # calls give NULL) or for the SELECTs of fence's triggers (skipped)
     def blind_functions(action, a1, a2, db, trigger):
