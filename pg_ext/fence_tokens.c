@@ -383,8 +383,15 @@ fence_accept(const char *resource, size_t len, int64 token)
 		return outcome;
 	}
 
-	level = escalation_level();
-	if (level == NoLock && fence_held_count() >= escalation_threshold())
+	/*
+	 * Below the threshold the transaction cannot have escalated: the lock
+	 * was taken when it held that many fences, and those entries stay in
+	 * the held log as long as the lock does (a rolled-back savepoint takes
+	 * both). So the common case asks the lock manager nothing here.
+	 */
+	if (fence_held_count() < escalation_threshold())
+		level = NoLock;
+	else if ((level = escalation_level()) == NoLock)
 	{
 		lock_tokens_table(ShareLock);
 		level = ShareLock;
