@@ -18,20 +18,13 @@ import traceback
 
 import psycopg
 
+from tap import Report
+
 DB = "fence_attacks"
 STALE, MISSING = "23T01", "23T02"
-passed = failed = 0
 
-
-def ok(cond, what, detail=""):
-    global passed, failed
-    print("%s - pg attacks %s" % ("ok" if cond else "not ok", what), flush=True)
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        if detail:
-            print("#   %s" % detail, flush=True)
+REPORT = Report("pg attacks")
+ok = REPORT.ok
 
 
 def connect(db=DB, autocommit=True, **kw):
@@ -534,8 +527,7 @@ def main():
             ok(False, "%s ran to the end" % case.__name__, traceback.format_exc().replace("\n", "\n#   "))
     conn.close()
     admin.execute("DROP DATABASE %s WITH (FORCE)" % DB)
-    print("# pg_attacks: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return REPORT.finish("pg_attacks")
 
 
 if __name__ == "__main__":

@@ -23,19 +23,12 @@ import time
 
 import psycopg
 
+from tap import Report
+
 DB = "fence_cache_race"
-passed = failed = 0
 
-
-def ok(cond, what, detail=""):
-    global passed, failed
-    print("%s - pg cache race %s" % ("ok" if cond else "not ok", what), flush=True)
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        if detail:
-            print("#   %s" % detail, flush=True)
+REPORT = Report("pg cache race")
+ok = REPORT.ok
 
 
 def main():
@@ -129,8 +122,7 @@ def main():
     setup.close()
     admin.execute("DROP DATABASE %s WITH (FORCE)" % DB)
     shutil.rmtree(work, ignore_errors=True)
-    print("# pg_cache_race: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return REPORT.finish("pg_cache_race")
 
 
 if __name__ == "__main__":

@@ -33,19 +33,12 @@ import time
 
 import psycopg
 
+from tap import Report
+
 DB = "fence_pgbouncer"
-passed = failed = 0
 
-
-def ok(cond, what, detail=""):
-    global passed, failed
-    print("%s - pgbouncer %s" % ("ok" if cond else "not ok", what), flush=True)
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        if detail:
-            print("#   %s" % detail, flush=True)
+REPORT = Report("pgbouncer")
+ok = REPORT.ok
 
 
 def free_port():
@@ -114,8 +107,7 @@ def main():
             bouncer.kill()
         shutil.rmtree(work, ignore_errors=True)
         admin.execute("DROP DATABASE %s WITH (FORCE)" % DB)
-    print("# pg_pgbouncer: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return REPORT.finish("pg_pgbouncer")
 
 
 def run(conninfo):
