@@ -48,6 +48,9 @@ SELECT evtname, evtevent, evtenabled, evttags FROM pg_event_trigger;
 CREATE TABLE up_child2 () INHERITS (up_child);
 CREATE TABLE up_part2 PARTITION OF up_part FOR VALUES IN (2);
 SELECT * FROM up_guards WHERE tbl IN ('up_child2'::regclass, 'up_part2'::regclass);
+-- 1.4: leases and fence_stats
+ALTER EXTENSION fence UPDATE TO '1.4';
+SELECT extversion FROM pg_extension WHERE extname = 'fence';
 -- the data and the guard came through the upgrades
 SELECT resource, token FROM fence_tokens WHERE resource LIKE 'up:%' ORDER BY resource;
 INSERT INTO up VALUES (2, 4);
