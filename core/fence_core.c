@@ -234,3 +234,105 @@ fence_msg_invalid(char *buf, const char *what, FenceProblem problem,
 	}
 	return buf;
 }
+
+/* ---------------------------------------------------------------------
+ * Leases
+ * ------------------------------------------------------------------ */
+
+FenceProblem
+fence_check_holder(const char *holder, size_t len)
+{
+	if (holder == NULL)
+		return FENCE_NULL;
+	if (len == 0)
+		return FENCE_EMPTY;
+	if (len > FENCE_HOLDER_MAX)
+		return FENCE_TOO_LONG;
+	return FENCE_VALID;
+}
+
+FenceProblem
+fence_check_ttl(int64_t ttl_ms)
+{
+	return ttl_ms < 1 || ttl_ms > FENCE_TTL_MAX ? FENCE_OUT_OF_RANGE : FENCE_VALID;
+}
+
+static int
+same_holder(const FenceLease *row, const char *holder, size_t holder_len)
+{
+	return row->holder_len == holder_len &&
+		memcmp(row->holder, holder, holder_len) == 0;
+}
+
+FenceGrant
+fence_lease_grant(const FenceLease *row, int has_highest, int64_t highest,
+				  const char *holder, size_t holder_len, int64_t now_ms,
+				  int64_t *token)
+{
+	int64_t		top = 0;
+
+	*token = 0;
+	if (row != NULL && fence_lease_live(row, now_ms))
+	{
+		if (!same_holder(row, holder, holder_len))
+			return FENCE_GRANT_BUSY;
+		*token = row->token;
+		return FENCE_GRANT_EXTEND;
+	}
+
+	/*
+	 * Above every token ever granted (the row keeps the last one: rows are
+	 * never deleted) and every token ever accepted (fence_tokens).
+	 */
+	if (row != NULL)
+		top = row->token;
+	if (has_highest && highest > top)
+		top = highest;
+	if (top == INT64_MAX)
+		return FENCE_GRANT_EXHAUSTED;
+	*token = top + 1;
+	return FENCE_GRANT_NEW;
+}
+
+int
+fence_lease_owned(const FenceLease *row, const char *holder, size_t holder_len,
+				  int64_t token, int64_t now_ms)
+{
+	return row != NULL && fence_lease_live(row, now_ms) && row->token == token &&
+		same_holder(row, holder, holder_len);
+}
+
+char *
+fence_msg_invalid_holder(char *buf, FenceProblem problem, size_t len)
+{
+	if (problem == FENCE_TOO_LONG)
+		snprintf(buf, FENCE_MSG_MAX,
+				 "invalid fencing lease holder: %zu bytes, at most %d allowed",
+				 len, FENCE_HOLDER_MAX);
+	else
+		fence_msg_invalid(buf, "lease holder", problem, len, 0);
+	return buf;
+}
+
+char *
+fence_msg_invalid_ttl(char *buf, FenceProblem problem, int64_t ttl_ms)
+{
+	if (problem == FENCE_OUT_OF_RANGE)
+		snprintf(buf, FENCE_MSG_MAX,
+				 "invalid fencing lease ttl: %" PRId64 " ms, it must be from 1 to %" PRId64
+				 " ms (about 24.8 days)", ttl_ms, FENCE_TTL_MAX);
+	else
+		fence_msg_invalid(buf, "lease ttl", problem, 0, ttl_ms);
+	return buf;
+}
+
+char *
+fence_msg_exhausted(char *buf, const char *res, size_t len)
+{
+	char		shown[SHOWN_BUF];
+
+	snprintf(buf, FENCE_MSG_MAX,
+			 "invalid fencing token: every token of resource %s is used",
+			 shown_resource(shown, res, len));
+	return buf;
+}

@@ -41,7 +41,8 @@ typedef enum FenceProblem
 	FENCE_TOO_LONG,				/* resource over FENCE_RESOURCE_MAX bytes */
 	FENCE_NOT_TEXT,				/* resource of another type (SQLite) */
 	FENCE_NEGATIVE,				/* token below zero */
-	FENCE_NOT_INTEGER			/* token of another type (SQLite) */
+	FENCE_NOT_INTEGER,			/* token of another type (SQLite) */
+	FENCE_OUT_OF_RANGE			/* lease ttl outside 1..FENCE_TTL_MAX */
 } FenceProblem;
 
 static inline int
@@ -95,5 +96,73 @@ char	   *fence_line_missing(char *buf, FenceMissing why, const char *res,
  */
 char	   *fence_msg_invalid(char *buf, const char *what, FenceProblem problem,
 							  size_t len, int64_t token);
+
+/* ---------------------------------------------------------------------
+ * Leases (fence_acquire, fence_renew, fence_release): the lock service
+ * inside the store. The rules below are the whole decision; each engine
+ * reads the lease row, the resource's highest accepted token and its own
+ * clock, asks these, and writes what they say.
+ * ------------------------------------------------------------------ */
+
+/* A lease holder is non-empty text of at most this many bytes. */
+#define FENCE_HOLDER_MAX 256
+/* A lease lasts 1 .. FENCE_TTL_MAX milliseconds (about 24.8 days). */
+#define FENCE_TTL_MAX INT64_C(2147483647)
+
+/* A lease row: its holder, token, and when it ends (ms since the epoch). */
+typedef struct FenceLease
+{
+	const char *holder;
+	size_t		holder_len;
+	int64_t		token;
+	int64_t		expires_at;
+} FenceLease;
+
+/* What fence_acquire does. */
+typedef enum FenceGrant
+{
+	FENCE_GRANT_NEW,			/* free or expired: a new, greater token */
+	FENCE_GRANT_EXTEND,			/* the same holder's live lease, extended */
+	FENCE_GRANT_BUSY,			/* another holder's live lease: NULL */
+	FENCE_GRANT_EXHAUSTED		/* the new token would pass 2^63-1 */
+} FenceGrant;
+
+FenceProblem fence_check_holder(const char *holder, size_t len);
+FenceProblem fence_check_ttl(int64_t ttl_ms);
+
+/* Live while now < expires_at. */
+static inline int
+fence_lease_live(const FenceLease *row, int64_t now_ms)
+{
+	return now_ms < row->expires_at;
+}
+
+/*
+ * fence_acquire's rule. row is NULL when the resource was never leased;
+ * has_highest/highest are its highest accepted token (fence_tokens). On
+ * FENCE_GRANT_NEW *token is max(row token, highest) + 1; on EXTEND it is
+ * the row's token. The caller writes expires_at = now + ttl for both.
+ */
+FenceGrant	fence_lease_grant(const FenceLease *row, int has_highest, int64_t highest,
+							  const char *holder, size_t holder_len, int64_t now_ms,
+							  int64_t *token);
+
+/*
+ * fence_renew's and fence_release's condition: a live lease of this holder
+ * at this token.
+ */
+int			fence_lease_owned(const FenceLease *row, const char *holder,
+							  size_t holder_len, int64_t token, int64_t now_ms);
+
+/*
+ * "invalid fencing lease holder: ..." and "invalid fencing lease ttl: ...";
+ * len is the holder's length (FENCE_TOO_LONG), ttl the value given
+ * (FENCE_OUT_OF_RANGE).
+ */
+char	   *fence_msg_invalid_holder(char *buf, FenceProblem problem, size_t len);
+char	   *fence_msg_invalid_ttl(char *buf, FenceProblem problem, int64_t ttl_ms);
+
+/* "invalid fencing token: every token of resource "r" is used" */
+char	   *fence_msg_exhausted(char *buf, const char *res, size_t len);
 
 #endif							/* FENCE_CORE_H */

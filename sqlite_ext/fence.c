@@ -11,6 +11,7 @@
  *   fence_protect(table, token_column, resource)
  *   fence_protect(table, token_column, resource_prefix, key_column)
  *   fence_unprotect(table)             (both in fence_protect.c)
+ *   fence_acquire, fence_renew, fence_release   (leases, fence_lease.c)
  *
  * and the functions the guard triggers call (never DIRECTONLY, since a
  * trigger stored in the schema must reach them; see README "trusted_schema").
@@ -111,6 +112,7 @@ untrusted(FenceConn *conn, const char *zWhat, const char *z, int n)
 void
 fenceFinalizeStatements(FenceConn *conn)
 {
+	fenceLeaseFinalize(conn);
 	sqlite3_finalize(conn->pSelectToken);
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
@@ -149,7 +151,9 @@ int
 fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr)
 {
 	int			bTokens = sqlite3_stricmp(zTable, "fence_tokens") == 0;
-	const char *zColumns = bTokens ? FENCE_TOKENS_COLUMNS : FENCE_GUARDS_COLUMNS;
+	int			bLeases = sqlite3_stricmp(zTable, "fence_leases") == 0;
+	const char *zColumns = bTokens ? FENCE_TOKENS_COLUMNS :
+		bLeases ? FENCE_LEASES_COLUMNS : FENCE_GUARDS_COLUMNS;
 	char	   *zExpected = sqlite3_mprintf("CREATE TABLE %s%s", zTable, zColumns);
 	sqlite3_stmt *stmt = NULL;
 	const char *zFound;
@@ -192,6 +196,17 @@ fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr)
 				"CAST(token AS INTEGER), coalesce(updated_at, '') FROM fence_tokens_old; "
 				"DROP TABLE fence_tokens_old (check first that every old token is an "
 				"integer: CAST turns other text into 0)",
+				zFound ? zFound : "(none: it is not a table)", zExpected, zExpected);
+		else if (bLeases)
+			*pzErr = sqlite3_mprintf(
+				"fence: main.fence_leases is not a table fence created, so fence cannot "
+				"trust the leases in it and refuses to use it. Its definition is: %s. "
+				"fence's is: %s. To repair it, keep its rows (their tokens are the highest "
+				"ever granted: a new grant must stay above them) in a table of fence's "
+				"shape: ALTER TABLE fence_leases RENAME TO fence_leases_old; %s; "
+				"INSERT INTO fence_leases(resource, holder, token, expires_at) SELECT "
+				"resource, holder, CAST(token AS INTEGER), CAST(expires_at AS INTEGER) FROM "
+				"fence_leases_old; DROP TABLE fence_leases_old",
 				zFound ? zFound : "(none: it is not a table)", zExpected, zExpected);
 		else
 			*pzErr = sqlite3_mprintf(
@@ -1169,6 +1184,44 @@ fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 }
 
 /* ---------------------------------------------------------------------
+ * What fence_lease.c shares with the functions above
+ * ------------------------------------------------------------------ */
+
+int
+fenceArgResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
+{
+	return argResource(ctx, v, pz, pn);
+}
+
+int
+fenceArgToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
+{
+	return argToken(ctx, v, pToken);
+}
+
+/* An error of fence's own (invalid input): undo as the others do, then raise. */
+void
+fenceResultError(sqlite3_context *ctx, const char *zMsg, int rc)
+{
+	undoOnError(sqlite3_user_data(ctx));
+	sqlite3_result_error(ctx, zMsg, -1);
+	sqlite3_result_error_code(ctx, rc);
+}
+
+void
+fenceResultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
+{
+	resultDbError(ctx, conn, rc);
+}
+
+/* The resource's highest accepted token; never creates fence_tokens. */
+int
+fenceReadHighest(FenceConn *conn, const char *z, int n, int *pHas, sqlite3_int64 *pHighest)
+{
+	return readHighest(conn, z, n, 0, pHas, pHighest);
+}
+
+/* ---------------------------------------------------------------------
  * Registration
  * ------------------------------------------------------------------ */
 
@@ -1204,6 +1257,9 @@ static const struct FenceFunction
 	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_fenced", 3, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_ready", 3, FROM_TRIGGER, fenceGuardReadyFunc},
+	{"fence_acquire", 3, APP_WRITES, fenceAcquireFunc},
+	{"fence_renew", 4, APP_WRITES, fenceRenewFunc},
+	{"fence_release", 3, APP_WRITES, fenceReleaseFunc},
 	{"fence_guard_write", 2, FROM_TRIGGER, fenceGuardOldFunc},
 	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardOldFunc},
 	/* last: its presence says every function above is registered */

@@ -4,7 +4,8 @@
  * What the SQLite extension's files share: the per-connection state
  * (FenceConn), the transaction's held fences (FenceHeld, fence_held.c), the
  * token table (fence.c), the guard admission (fence_guard.c) and the trigger
- * DDL (fence_protect.c).
+ * DDL (fence_protect.c), the leases (fence_lease.c) and the per-connection
+ * counts of fence_stats (fence_stats.c).
  */
 #ifndef FENCE_SQLITE_H
 #define FENCE_SQLITE_H
@@ -77,6 +78,14 @@ typedef struct FenceConn
 	sqlite3_stmt *pProbeMain;
 	sqlite3_stmt *pProbeTemp;
 	sqlite3_stmt *pJournalMode;
+	/* leases (fence_lease.c), finalized with the others */
+	sqlite3_stmt *pLeaseLock;
+	sqlite3_stmt *pLeaseSelect;
+	sqlite3_stmt *pLeaseWrite;
+	int			nLeaseReprepared;	/* their SQLITE_STMTSTATUS_REPREPARE, summed,
+									 * when fence_leases' shape was last checked */
+	/* fence_stats (fence_stats.c): this connection's counts since it opened */
+	struct FenceStats *pStats;
 } FenceConn;
 
 /* fence_held.c */
@@ -89,6 +98,19 @@ extern const FenceAllocator fenceSqliteAllocator;
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);
 void		fenceUndoForget(FenceConn *conn);
+/* for fence_lease.c: fence_check's validation, errors and token read */
+int			fenceArgResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn);
+int			fenceArgToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken);
+void		fenceResultError(sqlite3_context *ctx, const char *zMsg, int rc);
+void		fenceResultDbError(sqlite3_context *ctx, FenceConn *conn, int rc);
+int			fenceReadHighest(FenceConn *conn, const char *z, int n, int *pHas,
+							 sqlite3_int64 *pHighest);
+
+/* fence_lease.c */
+void		fenceAcquireFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceRenewFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceReleaseFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceLeaseFinalize(FenceConn *conn);
 
 /*
  * fence's own tables, as SQLite stores their definitions in sqlite_schema
@@ -98,6 +120,11 @@ void		fenceUndoForget(FenceConn *conn);
 	"(resource TEXT PRIMARY KEY NOT NULL, " \
 	"token INTEGER NOT NULL CHECK (typeof(token) = 'integer' AND token >= 0), " \
 	"updated_at TEXT NOT NULL) WITHOUT ROWID"
+#define FENCE_LEASES_COLUMNS \
+	"(resource TEXT PRIMARY KEY NOT NULL, " \
+	"holder TEXT NOT NULL CHECK (typeof(holder) = 'text' AND holder <> ''), " \
+	"token INTEGER NOT NULL CHECK (typeof(token) = 'integer' AND token >= 1), " \
+	"expires_at INTEGER NOT NULL CHECK (typeof(expires_at) = 'integer')) WITHOUT ROWID"
 #define FENCE_GUARDS_COLUMNS \
 	"(id INTEGER PRIMARY KEY, resource TEXT NOT NULL, keyed INTEGER NOT NULL, " \
 	"uniques TEXT NOT NULL)"

@@ -131,6 +131,57 @@ testHeld(void)
 	fence_held_free(&held);
 }
 
+/* The lease rules of the semantics, one case each. */
+static void
+testLease(void)
+{
+	char		buf[FENCE_MSG_MAX];
+	char		big[FENCE_HOLDER_MAX + 1];
+	FenceLease	row = {"a", 1, 7, 1000};
+	int64_t		t;
+
+	memset(big, 'h', sizeof(big));
+	expect(fence_check_holder(NULL, 0) == FENCE_NULL && fence_check_holder("", 0) == FENCE_EMPTY &&
+		   fence_check_holder(big, 256) == FENCE_VALID &&
+		   fence_check_holder(big, 257) == FENCE_TOO_LONG, "lease holder: NULL, empty, 256, 257 bytes");
+	expect(fence_check_ttl(0) == FENCE_OUT_OF_RANGE && fence_check_ttl(-1) == FENCE_OUT_OF_RANGE &&
+		   fence_check_ttl(1) == FENCE_VALID && fence_check_ttl(2147483647) == FENCE_VALID &&
+		   fence_check_ttl(2147483648) == FENCE_OUT_OF_RANGE, "lease ttl: 1 .. 2^31-1 ms");
+
+	expect(fence_lease_grant(NULL, 0, 0, "a", 1, 0, &t) == FENCE_GRANT_NEW && t == 1,
+		   "lease: a resource never seen gets token 1");
+	expect(fence_lease_grant(NULL, 1, 41, "a", 1, 0, &t) == FENCE_GRANT_NEW && t == 42,
+		   "lease: the first grant exceeds the highest accepted");
+	expect(fence_lease_grant(&row, 1, 3, "a", 1, 999, &t) == FENCE_GRANT_EXTEND && t == 7,
+		   "lease: the same holder's live lease comes back with its token");
+	expect(fence_lease_grant(&row, 1, 3, "b", 1, 999, &t) == FENCE_GRANT_BUSY,
+		   "lease: another holder's live lease is busy");
+	expect(fence_lease_grant(&row, 1, 3, "b", 1, 1000, &t) == FENCE_GRANT_NEW && t == 8,
+		   "lease: expired at now == expires_at, the next token is granted");
+	expect(fence_lease_grant(&row, 1, 3, "a", 1, 1000, &t) == FENCE_GRANT_NEW && t == 8,
+		   "lease: the same holder after expiry gets a greater token");
+	expect(fence_lease_grant(&row, 1, 20, "b", 1, 5000, &t) == FENCE_GRANT_NEW && t == 21,
+		   "lease: a grant exceeds an accepted token above the last grant");
+	expect(fence_lease_grant(NULL, 1, INT64_MAX, "a", 1, 0, &t) == FENCE_GRANT_EXHAUSTED,
+		   "lease: no token past 2^63-1");
+	expect(fence_lease_owned(&row, "a", 1, 7, 999) && !fence_lease_owned(&row, "a", 1, 7, 1000) &&
+		   !fence_lease_owned(&row, "b", 1, 7, 999) && !fence_lease_owned(&row, "a", 1, 6, 999) &&
+		   !fence_lease_owned(NULL, "a", 1, 7, 0), "lease: owned only while live, same holder and token");
+
+	fence_msg_invalid_holder(buf, FENCE_NULL, 0);
+	expect(strcmp(buf, "invalid fencing lease holder: NULL") == 0, "lease holder NULL message");
+	fence_msg_invalid_holder(buf, FENCE_TOO_LONG, 257);
+	expect(strcmp(buf, "invalid fencing lease holder: 257 bytes, at most 256 allowed") == 0,
+		   "lease holder too long message");
+	fence_msg_invalid_ttl(buf, FENCE_NULL, 0);
+	expect(strcmp(buf, "invalid fencing lease ttl: NULL") == 0, "lease ttl NULL message");
+	fence_msg_invalid_ttl(buf, FENCE_OUT_OF_RANGE, 0);
+	expect(strncmp(buf, "invalid fencing lease ttl: 0 ms", 31) == 0, "lease ttl range message");
+	fence_msg_exhausted(buf, "r", 1);
+	expect(strcmp(buf, "invalid fencing token: every token of resource \"r\" is used") == 0,
+		   "token space exhausted message");
+}
+
 int
 main(void)
 {
@@ -186,5 +237,6 @@ main(void)
 	expect(strcmp(buf, "invalid fencing resource: NULL") == 0, "NULL resource message");
 	testHeld();
 	testUtf8Cut();
+	testLease();
 	return failures ? 1 : 0;
 }

@@ -112,6 +112,7 @@ installAllocator(void)
  * Connections
  * ------------------------------------------------------------------ */
 
+static sqlite3_int64 queryInt(sqlite3 *db, const char *sql, int *prc);
 static char dbPath[4096];
 static char basePath[4096];
 
@@ -543,6 +544,120 @@ testOutOfMemory(void)
 }
 
 /* ---------------------------------------------------------------------
+ * Out of memory during lease calls
+ * ------------------------------------------------------------------ */
+
+/*
+ * Lease calls on the base database (r at 10): grants, a renew, a release,
+ * a fenced first write at a granted token, a grant rolled back. Whatever
+ * allocation fails, what committed must keep the lease rules: r's lease
+ * token, when there is one, is above the 10 accepted before any grant and
+ * no lower than r's highest accepted; the rolled-back resource m has no
+ * lease; and the connection closes (no statement of fence's left open).
+ */
+static const char *const leaseWorkload[] = {
+	"SELECT fence_acquire('r', 'a', 60000)",
+	"SELECT fence_renew('r', 'a', 11, 60000)",
+	"SELECT fence_acquire('r', 'b', 60000)",
+	"BEGIN", "SELECT fence_check('r', fence_acquire('r', 'a', 60000))", "COMMIT",
+	"SELECT fence_release('r', 'a', 11)",
+	"SELECT fence_acquire('r', 'b', 60000)",
+	"BEGIN", "SELECT fence_acquire('m', 'b', 60000)", "ROLLBACK",
+	"SELECT fence_acquire('r', 'b', 60000)",
+};
+
+static int
+leaseOomRun(long at, int *pFailed, char *err, size_t nErr)
+{
+	sqlite3    *db;
+	char	   *zErr = NULL;
+	size_t		i;
+	int			rc;
+	sqlite3_int64 lease;
+	sqlite3_int64 highest;
+	sqlite3_int64 m;
+
+	removeDb(dbPath);
+	if (!copyFile(basePath, dbPath) || (db = openDb(dbPath)) == NULL)
+	{
+		snprintf(err, nErr, "cannot copy or open %s", dbPath);
+		return 0;
+	}
+	arm(at);
+	loadFence(db, &zErr);
+	sqlite3_free(zErr);
+	for (i = 0; i < sizeof(leaseWorkload) / sizeof(leaseWorkload[0]); i++)
+	{
+		/* a transaction that could not begin is skipped whole, as an application would */
+		if (step(db, leaseWorkload[i]) != SQLITE_OK && strcmp(leaseWorkload[i], "BEGIN") == 0)
+			while (strcmp(leaseWorkload[i], "COMMIT") != 0 &&
+				   strcmp(leaseWorkload[i], "ROLLBACK") != 0)
+				i++;
+	}
+	if (!sqlite3_get_autocommit(db))
+		step(db, "ROLLBACK");
+	disarm();
+	*pFailed = failed;
+	if ((rc = sqlite3_close(db)) != SQLITE_OK)
+	{
+		snprintf(err, nErr, "sqlite3_close: %s (a statement of fence's left open)",
+				 sqlite3_errstr(rc));
+		sqlite3_close_v2(db);
+		return 0;
+	}
+	db = openDb(dbPath);
+	lease = queryInt(db, "SELECT coalesce((SELECT token FROM fence_leases WHERE resource = 'r'), -1)", &rc);
+	highest = queryInt(db, "SELECT token FROM fence_tokens WHERE resource = 'r'", &rc);
+	m = queryInt(db, "SELECT count(*) FROM fence_leases WHERE resource = 'm'", &rc);
+	sqlite3_close(db);
+	if (lease != -1 && (lease <= 10 || lease < highest))
+	{
+		snprintf(err, nErr, "r's lease token %lld is not above 10 and its highest %lld",
+				 (long long) lease, (long long) highest);
+		return 0;
+	}
+	if (highest < 10 || m > 0)
+	{
+		snprintf(err, nErr, "r's highest %lld, m's leases %lld", (long long) highest,
+				 (long long) m);
+		return 0;
+	}
+	return 1;
+}
+
+static void
+testLeaseOutOfMemory(void)
+{
+	char		err[512] = "";
+	char		what[600];
+	long		at;
+	int			reached = 1;
+	int			ok = 1;
+	long		breaches = 0;
+
+	if (!makeBase(err, sizeof(err)) || !leaseOomRun(0, &reached, err, sizeof(err)))
+	{
+		report(0, "out of memory in lease calls: the workload without failures", err);
+		return;
+	}
+	reached = 1;
+	for (at = 1; reached; at++)
+	{
+		char		e[512] = "";
+
+		if (!leaseOomRun(at, &reached, e, sizeof(e)) && breaches++ == 0)
+		{
+			snprintf(err, sizeof(err), "allocation %ld failed: %s", at, e);
+			ok = 0;
+		}
+	}
+	snprintf(what, sizeof(what),
+			 "out of memory at each of the lease workload's %ld allocations in turn keeps "
+			 "the lease rules (%ld runs broke them)", at - 2, breaches);
+	report(ok, what, err);
+}
+
+/* ---------------------------------------------------------------------
  * Loading twice, close_v2 with statements open
  * ------------------------------------------------------------------ */
 
@@ -657,7 +772,7 @@ main(int argc, char **argv)
 
 	if (argc < 3)
 	{
-		fprintf(stderr, "usage: %s EXTENSION DIR [oom|twice|closev2]\n", argv[0]);
+		fprintf(stderr, "usage: %s EXTENSION DIR [oom|leaseoom|twice|closev2]\n", argv[0]);
 		return 2;
 	}
 	extensionPath = argv[1];
@@ -671,7 +786,15 @@ main(int argc, char **argv)
 		testLoadTwice();
 	if (!only || strcmp(only, "closev2") == 0)
 		testCloseV2();
-	if (single > 0)
+	if (single > 0 && only && strcmp(only, "leaseoom") == 0)
+	{
+		char		err[512] = "";
+		int			reached = 0;
+
+		report(makeBase(err, sizeof(err)) && leaseOomRun(single, &reached, err, sizeof(err)),
+			   "one lease run with an allocation failure", err);
+	}
+	else if (single > 0)
 	{
 		/* oom N: one run failing allocation N, for a closer look */
 		char		err[512] = "";
@@ -682,6 +805,8 @@ main(int argc, char **argv)
 	}
 	else if (!only || strcmp(only, "oom") == 0)
 		testOutOfMemory();
+	if (single == 0 && (!only || strcmp(only, "leaseoom") == 0))
+		testLeaseOutOfMemory();
 	removeDb(dbPath);
 	removeDb(basePath);
 	return failures ? 1 : 0;
