@@ -1362,6 +1362,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		 * first (fenceHeldConnect) and reports what stops it then.
 		 */
 		(void) fenceHeldConnect(conn);
+		fenceSealOldGuards(db);
 	}
 	if (rc != SQLITE_OK)
 	{

@@ -202,6 +202,80 @@ revalidate(FenceConn *conn)
 }
 
 /*
+ * The checks below read sqlite_schema's type, name, tbl_name and sql, and an
+ * authorizer answering SQLITE_IGNORE to one of them makes it NULL: a planted
+ * caller or a RAISE(IGNORE) trigger would go unseen. Every row of a schema
+ * has a type and a name, and every one but an automatic index has its SQL,
+ * so a NULL there means a blinded read: refused. Returns 1, or 0 with an
+ * error set.
+ */
+static int
+schemaReadable(sqlite3_context *ctx, FenceConn *conn, const char *zSchema)
+{
+	char	   *zSql = sqlite3_mprintf("SELECT 1 FROM \"%w\".sqlite_schema WHERE type IS NULL "
+									   "OR name IS NULL OR tbl_name IS NULL "
+									   "OR (sql IS NULL AND type <> 'index') LIMIT 1", zSchema);
+	sqlite3_stmt *stmt = NULL;
+	int			rc;
+
+	if (zSql == NULL)
+	{
+		sqlite3_result_error_nomem(ctx);
+		return 0;
+	}
+	rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
+	sqlite3_free(zSql);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(stmt);
+	if (rc == SQLITE_ROW)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: \"%s\".sqlite_schema reads back a NULL "
+							   "type, name, tbl_name or sql (an authorizer that answers "
+							   "SQLITE_IGNORE to reads of sqlite_schema?), so fence cannot check "
+							   "that no planted object calls its guard functions; let the "
+							   "authorizer allow reads of sqlite_schema", zSchema));
+	else if (rc != SQLITE_DONE)
+		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\": %s",
+										zSchema, sqlite3_errmsg(conn->db)));
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE;
+}
+
+/*
+ * The guard's triggers must be of the shape this fence writes
+ * (FENCE_GUARD_SHAPE): an older one checks in its body, which an authorizer
+ * can skip. Returns 1, or 0 with an error set.
+ */
+static int
+checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			rc;
+
+	rc = sqlite3_prepare_v2(conn->db,
+							"SELECT name FROM main.sqlite_schema WHERE type = 'trigger' "
+							"AND name GLOB 'fence:' || ?1 || ':*' "
+							"AND (instr(sql, ?2) > 0) IS NOT 1 LIMIT 1", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_int64(stmt, 1, id);
+		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
+		rc = sqlite3_step(stmt);
+	}
+	if (rc == SQLITE_ROW)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" was made by an older "
+							   "fence (trigger \"%s\" is of a shape an authorizer can skip); "
+							   "run fence_protect on the table again to replace its guard",
+							   zTable, (const char *) sqlite3_column_text(stmt, 0)));
+	else if (rc != SQLITE_DONE)
+		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
+										(long long) id, zTable, sqlite3_errmsg(conn->db)));
+	sqlite3_finalize(stmt);
+	return rc == SQLITE_DONE;
+}
+
+/*
  * Every schema's objects that name a guard function must be fence's own
  * guard triggers, each backed by its schema's fence_guards.
  */
@@ -226,6 +300,11 @@ checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
 		if (zSql == NULL)
 		{
 			sqlite3_result_error_nomem(ctx);
+			return 0;
+		}
+		if (!schemaReadable(ctx, conn, zSchema))
+		{
+			sqlite3_free(zSql);
 			return 0;
 		}
 		rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
@@ -284,6 +363,11 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		if (zSql == NULL)
 		{
 			sqlite3_result_error_nomem(ctx);
+			return 0;
+		}
+		if (!schemaReadable(ctx, conn, azSchema[i]))
+		{
+			sqlite3_free(zSql);
 			return 0;
 		}
 		rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
@@ -425,6 +509,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   zNow[0] ? zNow : "none"));
 	else
 		ok = 1;
+	if (ok && !checkGuardShape(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
+		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
 	sqlite3_free(zNow);

@@ -430,6 +430,210 @@ static const sqlite3_module txnModule = {
 	NULL						/* xShadowName */
 };
 
+/* ---------------------------------------------------------------------
+ * The fence_witness virtual table: proof that a guard's column reads ran.
+ *
+ * An authorizer that answers SQLITE_IGNORE to SQLITE_READ of a column makes
+ * SQLite compile a constant NULL in place of every read of that column, in
+ * the guard triggers too; a REPLACE-victim look-up "c.u = NEW.u" then finds
+ * no row and the rows of another resource that the REPLACE deletes go
+ * unchecked. A NULL read from a row cannot be told from a NULL put there by
+ * the authorizer at run time, but it can at prepare time: the guard passes
+ * the columns its look-ups read to fence_witness(N, NEW.c1, ..., NEW.cN),
+ * and xBestIndex asks sqlite3_vtab_rhs_value() for each argument. A real
+ * column read has no value yet (SQLITE_NOTFOUND); one the authorizer
+ * replaced is a known constant NULL, and the plan is refused with an error,
+ * so the statement that fires the guard cannot be prepared at all. N, a
+ * literal, says how many arguments must arrive. Every read of a column in a
+ * trigger is authorized with the same arguments (table, column, database,
+ * trigger name), so the look-up's reads of c.u are blinded exactly when the
+ * witnessed NEW.u is.
+ *
+ * It reads nothing and changes nothing: one row whose ok is 1. INNOCUOUS,
+ * so that a trigger stored in the schema may use it.
+ * ------------------------------------------------------------------ */
+
+static int
+witnessConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+			   sqlite3_vtab **ppVtab, char **pzErr)
+{
+	sqlite3_vtab *vtab;
+	int			rc;
+
+	(void) pAux;
+	(void) argc;
+	(void) argv;
+	(void) pzErr;
+	rc = sqlite3_declare_vtab(db, "CREATE TABLE x(ok, n HIDDEN, "
+							  "a1 HIDDEN, a2 HIDDEN, a3 HIDDEN, a4 HIDDEN, a5 HIDDEN, "
+							  "a6 HIDDEN, a7 HIDDEN, a8 HIDDEN, a9 HIDDEN, a10 HIDDEN, "
+							  "a11 HIDDEN, a12 HIDDEN, a13 HIDDEN, a14 HIDDEN, a15 HIDDEN)");
+	if (rc != SQLITE_OK)
+		return rc;
+	sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+	vtab = sqlite3_malloc(sizeof(*vtab));
+	if (vtab == NULL)
+		return SQLITE_NOMEM;
+	memset(vtab, 0, sizeof(*vtab));
+	*ppVtab = vtab;
+	return SQLITE_OK;
+}
+
+static int
+witnessDisconnect(sqlite3_vtab *pVtab)
+{
+	sqlite3_free(pVtab);
+	return SQLITE_OK;
+}
+
+static int
+witnessRefuse(sqlite3_vtab *pVtab, const char *zWhy)
+{
+	sqlite3_free(pVtab->zErrMsg);
+	pVtab->zErrMsg = sqlite3_mprintf(
+		"fence guard refused: %s; an authorizer (sqlite3_set_authorizer) that answers "
+		"SQLITE_IGNORE to reads of a column the guard looks rows up by makes SQLite read "
+		"NULL, and the guard could not see the rows a REPLACE would delete; let the "
+		"authorizer allow reads of the protected table's UNIQUE and primary key columns "
+		"and its rowid", zWhy);
+	return SQLITE_ERROR;
+}
+
+static int
+witnessBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+{
+	int			i;
+	int			nArgs = 0;
+	int			nUsed = 0;
+	sqlite3_int64 nExpected = -1;
+	unsigned	seen = 0;
+
+	for (i = 0; i < info->nConstraint; i++)
+	{
+		const struct sqlite3_index_constraint *c = &info->aConstraint[i];
+		sqlite3_value *v = NULL;
+		int			rc;
+
+		if (c->iColumn < 1 || c->op != SQLITE_INDEX_CONSTRAINT_EQ)
+			continue;
+		if (!c->usable)
+			return SQLITE_CONSTRAINT;	/* another plan will offer it usable */
+		rc = sqlite3_vtab_rhs_value(info, i, &v);
+		if (c->iColumn == 1)
+		{
+			if (rc == SQLITE_OK && sqlite3_value_type(v) == SQLITE_INTEGER)
+				nExpected = sqlite3_value_int64(v);
+		}
+		else
+		{
+			if (rc == SQLITE_OK && sqlite3_value_type(v) == SQLITE_NULL)
+				return witnessRefuse(pVtab, "a column the guard reads was compiled as a "
+									 "constant NULL");
+			if (!(seen & (1u << c->iColumn)))
+				nArgs++;
+			seen |= 1u << c->iColumn;
+		}
+		/* passed to xFilter (which ignores it) so that SQLite does not test it */
+		info->aConstraintUsage[i].argvIndex = ++nUsed;
+		info->aConstraintUsage[i].omit = 1;
+	}
+	if (nExpected != nArgs)
+		return witnessRefuse(pVtab, "fewer columns reached the guard's witness than it "
+							 "names");
+	info->estimatedCost = 1.0;
+	info->estimatedRows = 1;
+	info->idxFlags = SQLITE_INDEX_SCAN_UNIQUE;
+	return SQLITE_OK;
+}
+
+typedef struct WitnessCursor
+{
+	sqlite3_vtab_cursor base;
+	int			bEof;
+} WitnessCursor;
+
+static int
+witnessOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+{
+	WitnessCursor *cur = sqlite3_malloc(sizeof(*cur));
+
+	(void) pVtab;
+	if (cur == NULL)
+		return SQLITE_NOMEM;
+	memset(cur, 0, sizeof(*cur));
+	*ppCursor = &cur->base;
+	return SQLITE_OK;
+}
+
+static int
+witnessClose(sqlite3_vtab_cursor *cur)
+{
+	sqlite3_free(cur);
+	return SQLITE_OK;
+}
+
+static int
+witnessFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
+			  int argc, sqlite3_value **argv)
+{
+	(void) idxNum;
+	(void) idxStr;
+	(void) argc;
+	(void) argv;
+	((WitnessCursor *) pCur)->bEof = 0;
+	return SQLITE_OK;
+}
+
+static int
+witnessNext(sqlite3_vtab_cursor *pCur)
+{
+	((WitnessCursor *) pCur)->bEof = 1;
+	return SQLITE_OK;
+}
+
+static int
+witnessEof(sqlite3_vtab_cursor *pCur)
+{
+	return ((WitnessCursor *) pCur)->bEof;
+}
+
+static int
+witnessColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
+{
+	(void) pCur;
+	if (col == 0)
+		sqlite3_result_int(ctx, 1);
+	else
+		sqlite3_result_null(ctx);
+	return SQLITE_OK;
+}
+
+static int
+witnessRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+{
+	(void) pCur;
+	*pRowid = 1;
+	return SQLITE_OK;
+}
+
+static const sqlite3_module witnessModule = {
+	0,							/* iVersion */
+	NULL,						/* xCreate: eponymous only */
+	witnessConnect,
+	witnessBestIndex,
+	witnessDisconnect,
+	NULL,						/* xDestroy */
+	witnessOpen,
+	witnessClose,
+	witnessFilter,
+	witnessNext,
+	witnessEof,
+	witnessColumn,
+	witnessRowid,
+	NULL,						/* xUpdate: read-only */
+	NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+};
+
 /* The module's destructor: it drops the reference the module holds. */
 static void
 connDestroy(void *p)
@@ -451,6 +655,8 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 
 	if (rc == SQLITE_OK)
 		rc = sqlite3_create_module_v2(db, "fence_txn", &txnModule, conn, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_create_module_v2(db, "fence_witness", &witnessModule, NULL, NULL);
 	return rc;
 }
 
@@ -461,6 +667,7 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 void
 fenceHeldUnregister(sqlite3 *db)
 {
+	sqlite3_create_module_v2(db, "fence_witness", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_txn", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_held", NULL, NULL, NULL);
 }

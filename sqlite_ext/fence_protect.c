@@ -65,6 +65,8 @@ typedef struct ProtectSpec
 	char	   *zUniques;		/* the UNIQUE indexes, as fence_guards keeps them */
 	char	   *zConflictIns;	/* keyed: WHERE terms of rows an INSERT replaces */
 	char	   *zNotOld;		/* keyed: "this row is not OLD" */
+	char	   *zWitness;		/* keyed: the columns the look-ups read, as NEW."c",
+								 * joined by char 1 (fence_witness, fence_held.c) */
 } ProtectSpec;
 
 static const char createGuardsSql[] =
@@ -343,6 +345,63 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 }
 
 /*
+ * Append NEW."zCol" (NEW.rowid when zCol is NULL) to the witness list: a
+ * column the guard's REPLACE look-ups read, whose read fence_witness proves
+ * was not blinded by an authorizer (fence_held.c).
+ */
+static int
+witnessAdd(char **pzList, const char *zCol)
+{
+	char	   *z;
+
+	if (zCol)
+		z = sqlite3_mprintf("%s%sNEW.\"%w\"", *pzList ? *pzList : "", *pzList ? "\001" : "", zCol);
+	else
+		z = sqlite3_mprintf("%s%sNEW.rowid", *pzList ? *pzList : "", *pzList ? "\001" : "");
+	sqlite3_free(*pzList);
+	*pzList = z;
+	return z ? SQLITE_OK : SQLITE_NOMEM;
+}
+
+/*
+ * " AND (SELECT count(*) FROM fence_witness(N, NEW.c1, ...)) IS 1" for the
+ * witness list, FENCE_WITNESS_MAX_ARGS columns a call: the statement that
+ * fires the trigger cannot be prepared when an authorizer blinded one of
+ * them, and an authorizer that skips the SELECT makes it NULL.
+ */
+static char *
+witnessChecks(const ProtectSpec *spec)
+{
+	char	   *zSql = sqlite3_mprintf("%s", "");
+	const char *z = spec->zWitness;
+
+	while (zSql && z && *z)
+	{
+		char	   *zArgs = sqlite3_mprintf("%s", "");
+		int			n = 0;
+		char	   *zNext;
+
+		while (zArgs && *z && n < FENCE_WITNESS_MAX_ARGS)
+		{
+			const char *zEnd = strchr(z, '\001');
+			int			nCol = zEnd ? (int) (zEnd - z) : (int) strlen(z);
+
+			zNext = sqlite3_mprintf("%s, %.*s", zArgs, nCol, z);
+			sqlite3_free(zArgs);
+			zArgs = zNext;
+			n++;
+			z = zEnd ? zEnd + 1 : z + nCol;
+		}
+		zNext = zArgs ? sqlite3_mprintf("%s AND (SELECT count(*) FROM fence_witness(%d%s)) IS 1",
+										zSql, n, zArgs) : NULL;
+		sqlite3_free(zArgs);
+		sqlite3_free(zSql);
+		zSql = zNext;
+	}
+	return zSql;
+}
+
+/*
  * For a keyed guard: the WHERE terms (on alias c) that find the rows an
  * INSERT of NEW would replace through each UNIQUE index and the rowid, one
  * term per index joined by char 1, each followed by char 2 and the test
@@ -358,6 +417,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	sqlite3_stmt *stmt = NULL;
 	char	   *zTerms = sqlite3_mprintf("%s", "");
 	char	   *zNotOld = NULL;
+	char	   *zWitness = NULL;
 	int			rc;
 
 	rc = sqlite3_prepare_v2(db,
@@ -396,6 +456,8 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 			if (nKeyCols == 1 && sqlite3_stricmp(zCol, spec->zKeyColumn) == 0 &&
 				(zColl == NULL || sqlite3_stricmp(zColl, "BINARY") == 0))
 				continue;
+			if (witnessAdd(&zWitness, zCol) != SQLITE_OK)
+				rc = SQLITE_NOMEM;
 			if (zIndex == NULL || strcmp(zIndex, zName) != 0)
 			{
 				if (zTerm && zChg)
@@ -449,6 +511,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	if (rc == SQLITE_ERROR)
 	{
 		sqlite3_free(zTerms);
+		sqlite3_free(zWitness);
 		return 0;
 	}
 
@@ -463,6 +526,9 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	}
 	if (rc == SQLITE_OK && zTerms)
 	{
+		/* the rowid (or primary key) is read too, by "this row is not OLD" */
+		if (!bWithoutRowid && witnessAdd(&zWitness, NULL) != SQLITE_OK)
+			rc = SQLITE_NOMEM;
 		if (!bWithoutRowid)
 			zNotOld = sqlite3_mprintf("%s", "c.rowid <> OLD.rowid");
 		else
@@ -476,6 +542,8 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 				zNotOld = sqlite3_mprintf("%s", "NOT (1");
 				while (zNotOld && sqlite3_step(stmt) == SQLITE_ROW)
 				{
+					if (witnessAdd(&zWitness, (const char *) sqlite3_column_text(stmt, 0)) != SQLITE_OK)
+						rc = SQLITE_NOMEM;
 					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\"", zNotOld,
 													sqlite3_column_text(stmt, 0),
 													sqlite3_column_text(stmt, 0));
@@ -494,10 +562,11 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 			sqlite3_finalize(stmt);
 		}
 	}
-	if (rc != SQLITE_OK || zTerms == NULL || zNotOld == NULL)
+	if (rc != SQLITE_OK || zTerms == NULL || zNotOld == NULL || (zTerms[0] && zWitness == NULL))
 	{
 		sqlite3_free(zTerms);
 		sqlite3_free(zNotOld);
+		sqlite3_free(zWitness);
 		if (rc == SQLITE_OK || rc == SQLITE_NOMEM)
 			sqlite3_result_error_nomem(ctx);
 		else
@@ -506,6 +575,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	}
 	spec->zConflictIns = zTerms;
 	spec->zNotOld = zNotOld;
+	spec->zWitness = zWitness;
 	return 1;
 }
 
@@ -559,11 +629,12 @@ guardCalls(const ProtectSpec *spec, const char *zFunc, const char *zTail,
 static char *
 conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, int bUpdate)
 {
-	char	   *zSql = sqlite3_mprintf("%s", "");
 	const char *zTerm = spec->zConflictIns;
+	char	   *zSql;
 
-	if (spec->zKeyColumn == NULL || zTerm == NULL)
-		return zSql;
+	if (spec->zKeyColumn == NULL || zTerm == NULL || *zTerm == '\0')
+		return sqlite3_mprintf("%s", "");
+	zSql = witnessChecks(spec);
 	while (zSql && *zTerm)
 	{
 		const char *zEnd = strchr(zTerm, '\001');
@@ -603,8 +674,10 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * is an expression with no SELECT of its own, and RAISE is no function, so
  * a condition that is not exactly true (false or NULL: something did not
  * run) raises. The body, never reached, is a placeholder. Takes G last.
+ * The comment FENCE_GUARD_SHAPE marks the triggers of this shape: admission
+ * refuses a guard whose triggers lack it (fence_guard.c).
  */
-#define GUARD_WHEN_HEAD "CASE WHEN "
+#define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ CASE WHEN "
 #define GUARD_WHEN_TAIL " THEN 0 ELSE RAISE(ABORT, 'fence guard %lld did not run (an " \
 	"authorizer ignored it?): write refused') END BEGIN SELECT 0; END"
 
@@ -889,6 +962,7 @@ done:
 	sqlite3_free(spec.zUniques);
 	sqlite3_free(spec.zConflictIns);
 	sqlite3_free(spec.zNotOld);
+	sqlite3_free(spec.zWitness);
 }
 
 /* fence_unprotect(table): drop the guard; a table without one is left as is. */
@@ -910,4 +984,70 @@ fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		sqlite3_result_null(ctx);
 	sqlite3_free(zDrop);
 	sqlite3_free(zCanonical);
+}
+
+/*
+ * At load: seal the guards of an older shape. Their triggers check in a body
+ * of SELECTs (fence 1.3) or name no guard id (1.2), and an authorizer that
+ * answers SQLITE_IGNORE to the guard functions or to those SELECTs skips
+ * them without any code of fence's running, so admission cannot refuse
+ * them. Each such trigger is replaced by one of the same name and event
+ * whose WHEN clause raises (no SELECT, no function: nothing to ignore),
+ * until fence_protect makes the guard again. Done only outside a
+ * transaction, all or nothing; when the file is read-only or locked, the
+ * guards stay as they are and admission refuses them whenever they run.
+ */
+void
+fenceSealOldGuards(sqlite3 *db)
+{
+	sqlite3_stmt *stmt = NULL;
+	char	   *zSql = sqlite3_mprintf("%s", "SAVEPOINT fence_seal;\n");
+	int			n = 0;
+	int			rc;
+
+	if (zSql == NULL || !sqlite3_get_autocommit(db) || sqlite3_db_readonly(db, "main") != 0)
+	{
+		sqlite3_free(zSql);
+		return;
+	}
+	rc = sqlite3_prepare_v2(db,
+							"SELECT name, tbl_name, CASE "
+							"WHEN name GLOB '*:insert' OR name GLOB '*:insert_after' "
+							"OR name GLOB 'fence_insert:*' THEN 'INSERT' "
+							"WHEN name GLOB '*:delete' OR name GLOB 'fence_delete:*' THEN 'DELETE' "
+							"ELSE 'UPDATE' END FROM main.sqlite_schema WHERE type = 'trigger' "
+							"AND ((name GLOB 'fence:[0-9]*:*' AND (instr(sql, ?1) > 0) IS NOT 1) "
+							"OR name GLOB 'fence_insert:*' OR name GLOB 'fence_update:*' "
+							"OR name GLOB 'fence_update_token:*' OR name GLOB 'fence_delete:*')",
+							-1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+		sqlite3_bind_text(stmt, 1, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
+	while (rc == SQLITE_OK && zSql && sqlite3_step(stmt) == SQLITE_ROW)
+	{
+		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
+		const char *zTable = (const char *) sqlite3_column_text(stmt, 1);
+		const char *zEvent = (const char *) sqlite3_column_text(stmt, 2);
+		char	   *z;
+
+		if (zName == NULL || zTable == NULL || zEvent == NULL)
+			break;
+		z = sqlite3_mprintf("%sDROP TRIGGER main.\"%w\";\n"
+							"CREATE TRIGGER main.\"%w\" BEFORE %s ON \"%w\" WHEN CASE WHEN 1 THEN "
+							"RAISE(ABORT, 'fence guard refused: the guard of \"%q\" was made by an "
+							"older fence, of a shape an authorizer can skip; run fence_protect on "
+							"the table again to replace its guard') END BEGIN SELECT 0; END;\n",
+							zSql, zName, zName, zEvent, zTable, zTable);
+		sqlite3_free(zSql);
+		zSql = z;
+		n++;
+	}
+	sqlite3_finalize(stmt);
+	if (zSql && n > 0)
+	{
+		if (sqlite3_exec(db, zSql, NULL, NULL, NULL) == SQLITE_OK)
+			sqlite3_exec(db, "RELEASE fence_seal", NULL, NULL, NULL);
+		else
+			sqlite3_exec(db, "ROLLBACK TO fence_seal; RELEASE fence_seal", NULL, NULL, NULL);
+	}
+	sqlite3_free(zSql);
 }

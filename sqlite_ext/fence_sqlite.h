@@ -89,6 +89,7 @@ typedef struct FenceConn
 } FenceConn;
 
 /* fence_held.c */
+#define FENCE_WITNESS_MAX_ARGS 15	/* arguments of fence_witness after the count */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
@@ -130,6 +131,13 @@ void		fenceLeaseFinalize(FenceConn *conn);
 	"uniques TEXT NOT NULL)"
 int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 
+/*
+ * Written into every guard trigger fence_protect makes (as a comment in its
+ * WHEN clause); a guard whose triggers lack it was made by an older fence,
+ * in a shape an authorizer can blind, and is refused until protected again.
+ */
+#define FENCE_GUARD_SHAPE "fence guard shape 2"
+
 /* fence_guard.c */
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 							const char *zRes, int nRes, int bKeyed);
@@ -141,6 +149,7 @@ char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable);
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void		fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceSealOldGuards(sqlite3 *db);
 
 /* The entry point (the file name fence.so gives its name). */
 int			sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,

@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""tests/sqlite_attacks_blind.py: authorizers that blind a guard's reads, and old guard shapes.
+
+What issue 11 left open, each asserted on what committed (the protected
+table and fence_tokens read back by a fresh connection without fence):
+
+  * an authorizer answering SQLITE_IGNORE to the reads of a UNIQUE column
+    (or of the rowid) turns them into NULL, so the guard's look-up of the
+    rows a REPLACE deletes finds none: the victims of another resource
+    were deleted unchecked. The guard must refuse instead;
+  * an authorizer answering SQLITE_IGNORE to reads of sqlite_schema.sql
+    hides a planted caller of a guard function, and a trigger that may
+    RAISE(IGNORE), from fence's schema checks. Refused;
+  * a guard trigger of an older shape (a body of SELECTs, which such an
+    authorizer skips) is refused until fence_protect runs again.
+
+Usage: /usr/bin/python3 tests/sqlite_attacks_blind.py
+Prints "ok - ..." / "not ok - ..." per assertion; exits 1 on a failure.
+"""
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTENSION = os.environ.get("FENCE_EXTENSION", os.path.join(ROOT, "sqlite_ext", "fence"))
+failures = 0
+work = tempfile.mkdtemp(prefix="fence_blind_")
+counter = [0]
+
+
+def ok(cond, what, detail=""):
+    global failures
+    print(("ok - " if cond else "not ok - ") + "sqlite attacks blind: " + what)
+    if not cond:
+        failures += 1
+        if detail:
+            print("#   " + str(detail).replace("\n", "\n#   "))
+
+
+def connect(path, load=True):
+    conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+    if load:
+        conn.enable_load_extension(True)
+        conn.load_extension(EXTENSION)
+    return conn
+
+
+def attempt(conn, sql):
+    try:
+        conn.execute(sql).fetchall()
+        return None
+    except sqlite3.Error as e:
+        return str(e)
+
+
+def script(conn, sqls):
+    for sql in sqls:
+        err = attempt(conn, sql)
+        if err is not None:
+            attempt(conn, "ROLLBACK")
+            return err
+    return None
+
+
+def committed(path, table):
+    c = connect(path, load=False)
+    rows = c.execute("SELECT * FROM %s ORDER BY 1" % table).fetchall()
+    tokens = c.execute("SELECT resource, token FROM fence_tokens ORDER BY 1").fetchall()
+    c.close()
+    return rows, tokens
+
+
+def fresh_db(without_rowid=False):
+    """acct keyed on k, unique u and (p, q): acct:a at 9, acct:b at 5."""
+    counter[0] += 1
+    path = os.path.join(work, "app%d.db" % counter[0])
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE acct(k TEXT PRIMARY KEY, u TEXT UNIQUE, p TEXT, q TEXT, v INTEGER,
+                          tok INTEGER, UNIQUE (p, q))%s;
+        SELECT fence_protect('acct', 'tok', 'acct:', 'k');
+        INSERT INTO acct VALUES ('a', 'ua', 'pa', 'qa', 1, 5), ('b', 'ub', 'pb', 'qb', 1, 5);
+        SELECT fence_check('acct:a', 9);
+    """ % (" WITHOUT ROWID" if without_rowid else ""))
+    c.close()
+    return path
+
+
+def blinding(columns, only_in_fence=False):
+    """An authorizer that answers SQLITE_IGNORE to reads of (table, column)."""
+    def auth(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_READ and (a1, (a2 or "").lower()) in columns:
+            if not only_in_fence or (trigger or "").startswith("fence:"):
+                return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+    return auth
+
+
+def unchanged(path, table, before, what, err):
+    after = committed(path, table)
+    ok(err is not None and after == before, what,
+       "error: %r\nbefore: %r\nafter:  %r" % (err, before, after))
+
+
+# ---------------------------------------------------------------------
+# 1. the REPLACE-victim look-up blinded by an authorizer
+# ---------------------------------------------------------------------
+def victim_lookup():
+    cases = [
+        # (columns blinded, statements, what)
+        ({("acct", "u")}, ["INSERT OR REPLACE INTO acct VALUES ('c', 'ua', 'pc', 'qc', 1, 0)"],
+         "INSERT OR REPLACE through UNIQUE(u), reads of u blinded"),
+        ({("acct", "u")}, ["REPLACE INTO acct VALUES ('c', 'ua', 'pc', 'qc', 1, 0)"],
+         "REPLACE through UNIQUE(u), reads of u blinded"),
+        ({("acct", "q")}, ["INSERT OR REPLACE INTO acct VALUES ('c', 'uc', 'pa', 'qa', 1, 0)"],
+         "INSERT OR REPLACE through UNIQUE(p, q), reads of q alone blinded"),
+        ({("acct", "u")}, ["BEGIN", "SELECT fence_check('acct:b', 5)",
+                           "UPDATE OR REPLACE acct SET u = 'ua' WHERE k = 'b'", "COMMIT"],
+         "UPDATE OR REPLACE through UNIQUE(u) under acct:b's fence, reads of u blinded"),
+        ({("acct", "u")}, ["UPDATE OR REPLACE acct SET u = 'ua', tok = 5 WHERE k = 'b'"],
+         "UPDATE OR REPLACE setting the token, reads of u blinded"),
+        ({("acct", "rowid")}, ["INSERT OR REPLACE INTO acct(rowid, k, u, p, q, v, tok) "
+                               "VALUES (1, 'c', 'uc', 'pc', 'qc', 1, 0)"],
+         "INSERT OR REPLACE through the rowid, reads of the rowid blinded"),
+    ]
+    for only in (False, True):
+        scope = "in fence's triggers only" if only else "everywhere"
+        for cols, sqls, what in cases:
+            path = fresh_db()
+            before = committed(path, "acct")
+            c = connect(path)
+            c.set_authorizer(blinding(cols, only))
+            err = script(c, sqls)
+            c.set_authorizer(None)
+            c.close()
+            unchanged(path, "acct", before, "%s (%s): refused, nothing committed" % (what, scope), err)
+    # a WITHOUT ROWID table: its primary key reads in "this row is not OLD"
+    path = fresh_db(without_rowid=True)
+    before = committed(path, "acct")
+    c = connect(path)
+    c.set_authorizer(blinding({("acct", "u")}))
+    err = script(c, ["BEGIN", "SELECT fence_check('acct:b', 5)",
+                     "UPDATE OR REPLACE acct SET u = 'ua' WHERE k = 'b'", "COMMIT"])
+    c.close()
+    unchanged(path, "acct", before, "WITHOUT ROWID: UPDATE OR REPLACE with u blinded refused", err)
+
+    # the same writes without an authorizer, or with one that blinds
+    # columns the guard does not read, still work as before
+    path = fresh_db()
+    c = connect(path)
+    c.set_authorizer(blinding({("acct", "v")}))
+    err = attempt(c, "INSERT OR REPLACE INTO acct VALUES ('c', 'ua', 'pc', 'qc', 1, 10)")
+    rows, tokens = committed(path, "acct")
+    ok(err is None and [r[0] for r in rows] == ["b", "c"] and ("acct:a", 10) in tokens,
+       "an authorizer blinding another column leaves a fresh REPLACE working (the victim checked)",
+       "%r %r %r" % (err, rows, tokens))
+    err = attempt(c, "INSERT OR REPLACE INTO acct VALUES ('d', 'ub', 'pd', 'qd', 1, 4)")
+    rows2, _ = committed(path, "acct")
+    ok(err is not None and "stale" in err and rows2 == rows,
+       "... and a stale one refused", "%r %r" % (err, rows2))
+    c.set_authorizer(None)
+    err = attempt(c, "INSERT INTO acct VALUES ('e', NULL, NULL, NULL, 1, 3)")
+    ok(err is None, "a NULL in a UNIQUE column is no blinding: a plain INSERT passes", err)
+    c.close()
+
+
+# ---------------------------------------------------------------------
+# 2. sqlite_schema.sql blinded: the schema checks must not pass blind
+# ---------------------------------------------------------------------
+def schema_blind():
+    # main's sqlite_schema.sql is read by fence's check of its own tables'
+    # definitions, which refuses a NULL; TEMP's is read only by the checks
+    # for planted callers and RAISE(IGNORE) triggers
+    auth = blinding({("sqlite_temp_master", "sql")})
+    path = fresh_db()
+    c = connect(path)
+    gid = c.execute("SELECT id FROM fence_guards").fetchone()[0]
+    c.execute("CREATE TEMP VIEW planted AS SELECT fence_guard_write(%d, 'acct:', 'a', "
+              "9223372036854775807) AS x" % gid)
+    before = committed(path, "acct")
+    c.set_authorizer(auth)
+    err = attempt(c, "SELECT * FROM planted")
+    c.set_authorizer(None)
+    c.close()
+    unchanged(path, "acct", before,
+              "a planted TEMP view calling a guard function, temp sqlite_schema.sql blinded: "
+              "refused", err)
+
+    path = os.path.join(work, "ign.db")
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE job (id INTEGER PRIMARY KEY, bal INTEGER, tok INTEGER);
+        SELECT fence_protect('job', 'tok', 'job:', 'id');
+        INSERT INTO job VALUES (1, 100, 10);
+        SELECT fence_check('job:2', 50);
+        CREATE TEMP TRIGGER ign AFTER INSERT ON main.job BEGIN SELECT RAISE(IGNORE); END;
+    """)
+    before = committed(path, "job")
+    c.set_authorizer(auth)
+    err = attempt(c, "INSERT INTO job(bal, tok) VALUES (-1, 5)")
+    c.set_authorizer(None)
+    unchanged(path, "job", before,
+              "a TEMP RAISE(IGNORE) trigger hidden by blinding temp sqlite_schema.sql: refused", err)
+    c.execute("DROP TRIGGER ign")
+    c.set_authorizer(auth)
+    err = attempt(c, "INSERT INTO job(bal, tok) VALUES (7, 50)")
+    c.set_authorizer(None)
+    rows, _ = committed(path, "job")
+    ok(err is None and rows == [(1, 100, 10), (2, 7, 50)],
+       "with an empty TEMP schema the same authorizer writes a current token", "%r %r" % (err, rows))
+    c.close()
+
+
+# ---------------------------------------------------------------------
+# 3. a guard of an older shape (a body of SELECTs) is refused
+# ---------------------------------------------------------------------
+def old_shape():
+    path = os.path.join(work, "old.db")
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+        SELECT fence_protect('single', 'tok', 'single');
+        INSERT INTO single VALUES (1, 1, 7);
+    """)
+    gid = c.execute("SELECT id FROM fence_guards").fetchone()[0]
+    # the triggers as fence 1.3 wrote them: the guard calls in the body
+    c.executescript("""
+        DROP TRIGGER "fence:{g}:update_token";
+        DROP TRIGGER "fence:{g}:update";
+        CREATE TRIGGER "fence:{g}:update" BEFORE UPDATE ON single
+          BEGIN SELECT fence_guard_fenced({g}, 'single'); END;
+        CREATE TRIGGER "fence:{g}:update_token" BEFORE UPDATE OF tok ON single
+          BEGIN SELECT fence_guard_write({g}, 'single', NEW.tok); END;
+    """.format(g=gid))
+    c.close()
+    before = committed(path, "single")
+
+    def blind_functions(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_FUNCTION and (a2 or "").startswith("fence_guard_"):
+            return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+
+    c = connect(path)
+    c.set_authorizer(blind_functions)
+    err = attempt(c, "UPDATE single SET v = 99, tok = 1")
+    c.set_authorizer(None)
+    unchanged(path, "single", before,
+              "a guard of the older shape, its calls blinded: the stale UPDATE is refused", err)
+    err = attempt(c, "UPDATE single SET v = 2, tok = 7")
+    ok(err is not None and "fence_protect" in err and committed(path, "single") == before,
+       "a guard of the older shape is refused even without an authorizer, saying what to do", err)
+    c.execute("SELECT fence_protect('single', 'tok', 'single')")
+    err = attempt(c, "UPDATE single SET v = 2, tok = 7")
+    rows, _ = committed(path, "single")
+    ok(err is None and rows == [(1, 2, 7)], "after fence_protect again the table is writable",
+       "%r %r" % (err, rows))
+    c.close()
+
+
+def main():
+    try:
+        for part in (victim_lookup, schema_blind, old_shape):
+            try:
+                part()
+            except Exception as e:
+                ok(False, "%s ran to the end" % part.__name__, repr(e))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
