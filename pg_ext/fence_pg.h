@@ -31,6 +31,7 @@ extern bool fence_read_highest(const char *resource, size_t len, int64 *highest)
 extern void fence_forget(const char *resource, size_t len);
 extern void fence_write_pending(const char *resource, size_t len, int64 token);
 extern void fence_lock_tokens_exclusive(void);
+extern Oid	fence_extension_relid(const char *relname);
 
 /* fence_token_cache.c: the highest per resource, remembered between reads */
 extern void fence_cache_attach(Relation tokens);

@@ -105,24 +105,35 @@ extension_schema(Oid extension)
 	return schema;
 }
 
+/*
+ * A relation of the extension's own (fence_tokens, fence_leases), found in
+ * the extension's schema, never through search_path.
+ */
+Oid
+fence_extension_relid(const char *relname)
+{
+	Oid			extension = get_extension_oid("fence", true);
+	Oid			schema;
+	Oid			relid;
+
+	if (!OidIsValid(extension))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"fence\" is not installed in this database"),
+				 errhint("Run CREATE EXTENSION fence;")));
+	schema = extension_schema(extension);
+	relid = get_relname_relid(relname, schema);
+	if (!OidIsValid(relid))
+		elog(ERROR, "fence: table %s is missing from schema %u", relname, schema);
+	return relid;
+}
+
 static Oid
 tokens_relid(void)
 {
 	if (!OidIsValid(tokensRelid))
 	{
-		Oid			extension = get_extension_oid("fence", true);
-		Oid			schema;
-
-		if (!OidIsValid(extension))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("extension \"fence\" is not installed in this database"),
-					 errhint("Run CREATE EXTENSION fence;")));
-		schema = extension_schema(extension);
-		/* found by the extension's schema, never through search_path */
-		tokensRelid = get_relname_relid("fence_tokens", schema);
-		if (!OidIsValid(tokensRelid))
-			elog(ERROR, "fence: table fence_tokens is missing from schema %u", schema);
+		tokensRelid = fence_extension_relid("fence_tokens");
 		if (!invalidationRegistered)
 		{
 			CacheRegisterRelcacheCallback(forget_tokens_relid, (Datum) 0);

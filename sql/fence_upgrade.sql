@@ -51,6 +51,9 @@ SELECT * FROM up_guards WHERE tbl IN ('up_child2'::regclass, 'up_part2'::regclas
 -- 1.4: leases and fence_stats
 ALTER EXTENSION fence UPDATE TO '1.4';
 SELECT extversion FROM pg_extension WHERE extname = 'fence';
+SELECT fence_acquire('up:lease', 'upgraded', 60000) AS granted;
+SELECT fence_acquire('up:r', 'upgraded', 60000) AS above_accepted;
+SELECT resource, holder, token FROM fence_leases WHERE resource LIKE 'up:%' ORDER BY resource;
 -- the data and the guard came through the upgrades
 SELECT resource, token FROM fence_tokens WHERE resource LIKE 'up:%' ORDER BY resource;
 INSERT INTO up VALUES (2, 4);

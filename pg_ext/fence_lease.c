@@ -1,0 +1,607 @@
+/*
+ * fence_lease.c
+ *
+ * Leases inside the store: the lock service for workers that share one
+ * database and have no etcd or ZooKeeper.
+ *
+ *   fence_acquire(resource, holder, ttl_ms)        -> token, or NULL while
+ *                                                     another holder's lease
+ *                                                     is live
+ *   fence_renew(resource, holder, token, ttl_ms)   -> extended?
+ *   fence_release(resource, holder, token)         -> ended?
+ *
+ * A lease is for liveness; the fence is what makes writes safe. A grant is
+ * above every token ever granted or accepted for the resource, and does not
+ * move the highest accepted token: the new holder's first accepted write
+ * does, and waits there for the fenced transactions of older holders.
+ *
+ * Concurrency contract. A grant must never wait behind another transaction,
+ * above all not behind a paused holder's open one: a holder that renewed
+ * inside its transaction and then stopped (GC, SIGSTOP, a partition) would
+ * otherwise keep its lease for as long as its transaction stays open, which
+ * is the very failure leases are for. So lease state is not transactional,
+ * like a sequence's: each call changes its resource's row of fence_leases
+ * in place (systable_inplace_update_*, the same WAL-logged, crash-safe,
+ * replicated path PostgreSQL uses for pg_class statistics), under the row's
+ * buffer lock, visible to every session at once and not undone by
+ * ROLLBACK. The first grant of a resource inserts its row already frozen,
+ * so that it too is visible at once; inserts of the same new resource are
+ * serialised by a lock held only for the insert (advisory-class LOCKTAG,
+ * class FENCE_LEASE_LOCK_CLASS), never to the end of the transaction. The
+ * only heavyweight lock kept to the transaction's end is nothing: the table
+ * lock is released when the call returns. What can still make a call wait:
+ * a call of another backend in progress on the same row (microseconds,
+ * plus its WAL flush), and the table's owner altering or locking the table.
+ *
+ * In-place updates need rows whose length never changes: resource is fixed
+ * for a row's life, token and expires_at are fixed-width, and the holder is
+ * of the fixed-width type fence_lease_holder (1 to 256 bytes of text, padded
+ * with zero bytes), whose text form is what users see and what pg_dump
+ * writes.
+ *
+ * Durability: a call returns only after its WAL is flushed (and, with
+ * synchronous replication, confirmed flushed by the synchronous standbys),
+ * so a grant the caller saw survives a crash and a failover to a
+ * synchronous standby even when its transaction is rolled back or never
+ * commits; otherwise two holders could be given the same token. The clock
+ * is the server's (GetCurrentTimestamp at the call, not now(), which is the
+ * transaction's start): one clock for every grant and check.
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/index.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "fmgr.h"
+#include "libpq/pqformat.h"
+#include "miscadmin.h"
+#include "replication/syncrep.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "fence_pg.h"
+
+/* field4 of the lease insert lock: 'F' 'L' (fence_tokens.c uses 'F' 'E') */
+#define FENCE_LEASE_LOCK_CLASS 0x464c
+#define FENCE_LEASE_LOCK_SEED 0x6c65617365ULL
+
+#define FENCE_HOLDER_MAX 256
+#define FENCE_TTL_MAX_MS ((int64) PG_INT32_MAX)
+
+#define Anum_fence_leases_resource		1
+#define Anum_fence_leases_holder		2
+#define Anum_fence_leases_token			3
+#define Anum_fence_leases_expires_at	4
+#define Natts_fence_leases				4
+
+/* fence_lease_holder: fixed width, so that a new holder fits in place */
+typedef struct FenceHolder
+{
+	int16		len;
+	char		data[FENCE_HOLDER_MAX];
+} FenceHolder;
+
+static Oid	leasesRelid = InvalidOid;
+static bool leasesCallbackRegistered = false;
+
+static void
+forget_leases_relid(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == leasesRelid)
+		leasesRelid = InvalidOid;
+}
+
+/* ---------------------------------------------------------------------
+ * Arguments
+ * ------------------------------------------------------------------ */
+
+static void
+report_invalid_holder(const char *why) pg_attribute_noreturn();
+
+static void
+report_invalid_holder(const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid fencing lease holder: %s", why),
+			 errhint("A holder names who holds the lease, 1 to %d bytes, e.g. host:pid.",
+					 FENCE_HOLDER_MAX)));
+	pg_unreachable();
+}
+
+static void
+holder_set(FenceHolder *holder, const char *s, size_t len)
+{
+	if (len == 0)
+		report_invalid_holder("empty string");
+	if (len > FENCE_HOLDER_MAX)
+		report_invalid_holder(psprintf("%zu bytes, at most %d allowed", len, FENCE_HOLDER_MAX));
+	memset(holder, 0, sizeof(FenceHolder));
+	holder->len = (int16) len;
+	memcpy(holder->data, s, len);
+}
+
+static FenceHolder
+holder_arg(FunctionCallInfo fcinfo, int n)
+{
+	FenceHolder holder;
+	text	   *t;
+
+	if (PG_ARGISNULL(n))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("invalid fencing lease holder: NULL")));
+	t = PG_GETARG_TEXT_PP(n);
+	holder_set(&holder, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	return holder;
+}
+
+static int64
+ttl_arg(FunctionCallInfo fcinfo, int n)
+{
+	int64		ttl;
+
+	if (PG_ARGISNULL(n))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("invalid fencing lease ttl: NULL")));
+	ttl = PG_GETARG_INT64(n);
+	if (ttl < 1 || ttl > FENCE_TTL_MAX_MS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid fencing lease ttl: " INT64_FORMAT " ms", ttl),
+				 errdetail("A lease lasts 1 to " INT64_FORMAT " milliseconds.",
+						   FENCE_TTL_MAX_MS)));
+	return ttl;
+}
+
+static char *
+lease_resource_arg(FunctionCallInfo fcinfo, int n, size_t *len)
+{
+	text	   *t;
+
+	if (PG_ARGISNULL(n))
+		fence_report_invalid("resource", FENCE_NULL, 0, 0);
+	t = PG_GETARG_TEXT_PP(n);
+	*len = VARSIZE_ANY_EXHDR(t);
+	fence_validate_resource(VARDATA_ANY(t), *len);
+	return VARDATA_ANY(t);
+}
+
+static int64
+lease_token_arg(FunctionCallInfo fcinfo, int n)
+{
+	int64		token;
+
+	if (PG_ARGISNULL(n))
+		fence_report_invalid("token", FENCE_NULL, 0, 0);
+	token = PG_GETARG_INT64(n);
+	if (fence_check_token(token) != FENCE_VALID)
+		fence_report_invalid("token", FENCE_NEGATIVE, 0, token);
+	return token;
+}
+
+/* ---------------------------------------------------------------------
+ * The table
+ * ------------------------------------------------------------------ */
+
+static Relation
+open_leases(void)
+{
+	Relation	rel;
+	TupleDesc	desc;
+
+	if (!OidIsValid(leasesRelid))
+	{
+		leasesRelid = fence_extension_relid("fence_leases");
+		if (!leasesCallbackRegistered)
+		{
+			CacheRegisterRelcacheCallback(forget_leases_relid, (Datum) 0);
+			leasesCallbackRegistered = true;
+		}
+	}
+	rel = table_open(leasesRelid, RowExclusiveLock);
+	desc = RelationGetDescr(rel);
+
+	/*
+	 * Rows are written past the executor: refuse a table whose shape is not
+	 * the one this code writes, and one with indexes besides the primary
+	 * key (they would miss the rows inserted here).
+	 */
+	if (desc->natts != Natts_fence_leases ||
+		TupleDescAttr(desc, Anum_fence_leases_resource - 1)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, Anum_fence_leases_holder - 1)->attlen != sizeof(FenceHolder) ||
+		TupleDescAttr(desc, Anum_fence_leases_token - 1)->atttypid != INT8OID ||
+		TupleDescAttr(desc, Anum_fence_leases_expires_at - 1)->atttypid != TIMESTAMPTZOID ||
+		!OidIsValid(RelationGetPrimaryKeyIndex(rel)) ||
+		list_length(RelationGetIndexList(rel)) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("fence: table fence_leases does not have the shape fence gave it"),
+				 errhint("Only fence writes fence_leases; restore it from the extension's script.")));
+	return rel;
+}
+
+/* One lease, as read from or written to its row. */
+typedef struct Lease
+{
+	FenceHolder holder;
+	int64		token;
+	TimestampTz expires_at;
+} Lease;
+
+static void
+lease_from_tuple(Relation rel, HeapTuple tuple, Lease *lease)
+{
+	Datum		values[Natts_fence_leases];
+	bool		nulls[Natts_fence_leases];
+
+	heap_deform_tuple(tuple, RelationGetDescr(rel), values, nulls);
+	if (nulls[Anum_fence_leases_holder - 1] || nulls[Anum_fence_leases_token - 1] ||
+		nulls[Anum_fence_leases_expires_at - 1])
+		elog(ERROR, "fence: a row of fence_leases has a NULL");
+	memcpy(&lease->holder, DatumGetPointer(values[Anum_fence_leases_holder - 1]),
+		   sizeof(FenceHolder));
+	lease->token = DatumGetInt64(values[Anum_fence_leases_token - 1]);
+	lease->expires_at = DatumGetTimestampTz(values[Anum_fence_leases_expires_at - 1]);
+}
+
+static HeapTuple
+lease_tuple(Relation rel, const char *resource, size_t len, const Lease *lease)
+{
+	Datum		values[Natts_fence_leases];
+	bool		nulls[Natts_fence_leases] = {false, false, false, false};
+
+	values[Anum_fence_leases_resource - 1] =
+		PointerGetDatum(cstring_to_text_with_len(resource, (int) len));
+	values[Anum_fence_leases_holder - 1] = PointerGetDatum(&lease->holder);
+	values[Anum_fence_leases_token - 1] = Int64GetDatum(lease->token);
+	values[Anum_fence_leases_expires_at - 1] = TimestampTzGetDatum(lease->expires_at);
+	return heap_form_tuple(RelationGetDescr(rel), values, nulls);
+}
+
+static void
+resource_key(ScanKey key, const char *resource, size_t len)
+{
+	ScanKeyInit(key, Anum_fence_leases_resource, BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(cstring_to_text_with_len(resource, (int) len)));
+}
+
+/*
+ * Make what this backend just wrote durable before the caller sees it: a
+ * transaction that changed only rows in place has no XID and writes no
+ * commit record, so nothing else would flush it.
+ */
+static void
+lease_make_durable(void)
+{
+	XLogRecPtr	lsn = XactLastRecEnd;
+
+	XLogFlush(lsn);
+	SyncRepWaitForLSN(lsn, false);
+}
+
+/* ---------------------------------------------------------------------
+ * The rules (the same in both engines)
+ * ------------------------------------------------------------------ */
+
+typedef enum LeaseOp
+{
+	LEASE_ACQUIRE,
+	LEASE_RENEW,
+	LEASE_RELEASE
+} LeaseOp;
+
+typedef struct LeaseCall
+{
+	LeaseOp		op;
+	const char *resource;
+	size_t		len;
+	FenceHolder holder;
+	int64		token;			/* renew, release: the caller's token */
+	int64		ttl_ms;			/* acquire, renew */
+	TimestampTz now;
+	bool		has_highest;	/* acquire: the highest accepted token, */
+	int64		highest;		/* read before the row is locked */
+} LeaseCall;
+
+static bool
+same_holder(const FenceHolder *a, const FenceHolder *b)
+{
+	return a->len == b->len && memcmp(a->data, b->data, a->len) == 0;
+}
+
+static void
+report_tokens_used(const LeaseCall *call) pg_attribute_noreturn();
+
+static void
+report_tokens_used(const LeaseCall *call)
+{
+	int			shown = pg_mbcliplen(call->resource, (int) call->len, 200);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+			 errmsg("invalid fencing token: every token of resource \"%.*s\" is used",
+					shown, call->resource),
+			 errdetail("The highest granted or accepted token is 9223372036854775807."),
+			 errhint("Use another resource name.")));
+	pg_unreachable();
+}
+
+/*
+ * Decide the call against the row's lease (NULL: no row). Returns whether
+ * the lease changes; *next is what it becomes, *result the call's result
+ * (the token for an acquire, 1 for true, 0 for false, -1 for NULL, -2 when
+ * the resource has used every token). It reads nothing: it runs while the
+ * row's buffer is locked.
+ */
+static bool
+lease_decide(const LeaseCall *call, const Lease *row, Lease *next, int64 *result)
+{
+	bool		live = row != NULL && call->now < row->expires_at;
+	bool		mine = live && same_holder(&row->holder, &call->holder);
+
+	switch (call->op)
+	{
+		case LEASE_ACQUIRE:
+			if (live && !mine)
+			{
+				*result = -1;
+				return false;
+			}
+			next->holder = call->holder;
+			next->expires_at = call->now + call->ttl_ms * INT64CONST(1000);
+			if (mine)
+				next->token = row->token;
+			else
+			{
+				/* above every token granted (the row's) or accepted */
+				int64		top = row ? row->token : 0;
+
+				if (call->has_highest && call->highest > top)
+					top = call->highest;
+				if (top == PG_INT64_MAX)
+				{
+					*result = -2;
+					return false;
+				}
+				next->token = top + 1;
+			}
+			*result = next->token;
+			return true;
+		case LEASE_RENEW:
+		case LEASE_RELEASE:
+			if (!mine || row->token != call->token)
+			{
+				*result = 0;
+				return false;
+			}
+			*next = *row;
+			next->expires_at = call->op == LEASE_RENEW
+				? call->now + call->ttl_ms * INT64CONST(1000)
+				: call->now;
+			*result = 1;
+			return true;
+	}
+	pg_unreachable();
+}
+
+/* The first grant of a resource: a frozen row, visible to all at once. */
+static bool
+insert_first_lease(Relation rel, const LeaseCall *call, int64 *result)
+{
+	LOCKTAG		tag;
+	uint64		h = hash_bytes_extended((const unsigned char *) call->resource,
+										(int) call->len, FENCE_LEASE_LOCK_SEED);
+	Relation	index;
+	ScanKeyData key;
+	SysScanDesc scan;
+	bool		exists;
+	Lease		lease;
+	HeapTuple	tuple;
+	Datum		ivalue;
+	bool		inull = false;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 FENCE_LEASE_LOCK_CLASS);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+
+	/* another backend may have inserted it while we took the lock */
+	resource_key(&key, call->resource, call->len);
+	scan = systable_beginscan(rel, RelationGetPrimaryKeyIndex(rel), true, NULL, 1, &key);
+	exists = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	if (exists)
+	{
+		LockRelease(&tag, ExclusiveLock, false);
+		return false;
+	}
+
+	if (!lease_decide(call, NULL, &lease, result))
+		report_tokens_used(call);
+	tuple = lease_tuple(rel, call->resource, call->len, &lease);
+	heap_insert(rel, tuple, GetCurrentCommandId(true), HEAP_INSERT_FROZEN, NULL);
+	index = index_open(RelationGetPrimaryKeyIndex(rel), RowExclusiveLock);
+	ivalue = heap_getattr(tuple, Anum_fence_leases_resource, RelationGetDescr(rel), &inull);
+	index_insert(index, &ivalue, &inull, &tuple->t_self, rel, UNIQUE_CHECK_YES, false,
+				 BuildIndexInfo(index));
+	index_close(index, RowExclusiveLock);
+	heap_freetuple(tuple);
+	LockRelease(&tag, ExclusiveLock, false);
+	return true;
+}
+
+/* Carry out one call; returns what lease_decide said. */
+static int64
+lease_call(LeaseCall *call)
+{
+	Relation	rel;
+	int64		result = -1;
+
+	const char *name = call->op == LEASE_ACQUIRE ? "fence_acquire()"
+		: call->op == LEASE_RENEW ? "fence_renew()" : "fence_release()";
+
+	PreventCommandIfReadOnly(name);
+	PreventCommandIfParallelMode(name);
+	if (call->op == LEASE_ACQUIRE)
+		call->has_highest = fence_read_highest(call->resource, call->len, &call->highest);
+	rel = open_leases();
+	call->now = GetCurrentTimestamp();
+
+	for (;;)
+	{
+		ScanKeyData key;
+		HeapTuple	oldtup;
+		void	   *state;
+		Lease		row;
+		Lease		next;
+
+		resource_key(&key, call->resource, call->len);
+		systable_inplace_update_begin(rel, RelationGetPrimaryKeyIndex(rel), true, NULL,
+									  1, &key, &oldtup, &state);
+		if (HeapTupleIsValid(oldtup))
+		{
+			HeapTuple	newtup;
+
+			lease_from_tuple(rel, oldtup, &row);
+			if (!lease_decide(call, &row, &next, &result))
+			{
+				systable_inplace_update_cancel(state);
+				if (result == -2)
+					report_tokens_used(call);
+				break;
+			}
+			newtup = lease_tuple(rel, call->resource, call->len, &next);
+			if (newtup->t_len != oldtup->t_len)
+			{
+				systable_inplace_update_cancel(state);
+				elog(ERROR, "fence: the row of fence_leases for a resource changed length");
+			}
+			newtup->t_self = oldtup->t_self;
+			systable_inplace_update_finish(state, newtup);
+			lease_make_durable();
+			break;
+		}
+		if (call->op != LEASE_ACQUIRE)
+		{
+			result = 0;			/* never leased: nothing to renew or release */
+			break;
+		}
+		if (insert_first_lease(rel, call, &result))
+		{
+			lease_make_durable();
+			break;
+		}
+		/* inserted by another backend meanwhile: decide against its row */
+	}
+	table_close(rel, RowExclusiveLock);
+	return result;
+}
+
+/* ---------------------------------------------------------------------
+ * SQL functions
+ * ------------------------------------------------------------------ */
+
+PG_FUNCTION_INFO_V1(fence_acquire);
+Datum
+fence_acquire(PG_FUNCTION_ARGS)
+{
+	LeaseCall	call = {LEASE_ACQUIRE};
+	int64		result;
+
+	call.resource = lease_resource_arg(fcinfo, 0, &call.len);
+	call.holder = holder_arg(fcinfo, 1);
+	call.ttl_ms = ttl_arg(fcinfo, 2);
+	result = lease_call(&call);
+	if (result < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(result);
+}
+
+PG_FUNCTION_INFO_V1(fence_renew);
+Datum
+fence_renew(PG_FUNCTION_ARGS)
+{
+	LeaseCall	call = {LEASE_RENEW};
+
+	call.resource = lease_resource_arg(fcinfo, 0, &call.len);
+	call.holder = holder_arg(fcinfo, 1);
+	call.token = lease_token_arg(fcinfo, 2);
+	call.ttl_ms = ttl_arg(fcinfo, 3);
+	PG_RETURN_BOOL(lease_call(&call) == 1);
+}
+
+PG_FUNCTION_INFO_V1(fence_release);
+Datum
+fence_release(PG_FUNCTION_ARGS)
+{
+	LeaseCall	call = {LEASE_RELEASE};
+
+	call.resource = lease_resource_arg(fcinfo, 0, &call.len);
+	call.holder = holder_arg(fcinfo, 1);
+	call.token = lease_token_arg(fcinfo, 2);
+	PG_RETURN_BOOL(lease_call(&call) == 1);
+}
+
+/* ---------------------------------------------------------------------
+ * The type fence_lease_holder
+ * ------------------------------------------------------------------ */
+
+PG_FUNCTION_INFO_V1(fence_lease_holder_in);
+Datum
+fence_lease_holder_in(PG_FUNCTION_ARGS)
+{
+	const char *s = PG_GETARG_CSTRING(0);
+	FenceHolder *holder = palloc(sizeof(FenceHolder));
+
+	holder_set(holder, s, strlen(s));
+	PG_RETURN_POINTER(holder);
+}
+
+PG_FUNCTION_INFO_V1(fence_lease_holder_out);
+Datum
+fence_lease_holder_out(PG_FUNCTION_ARGS)
+{
+	FenceHolder *holder = (FenceHolder *) PG_GETARG_POINTER(0);
+
+	if (holder->len < 1 || holder->len > FENCE_HOLDER_MAX)
+		elog(ERROR, "fence: corrupt fence_lease_holder of length %d", holder->len);
+	PG_RETURN_CSTRING(pnstrdup(holder->data, holder->len));
+}
+
+PG_FUNCTION_INFO_V1(fence_lease_holder_recv);
+Datum
+fence_lease_holder_recv(PG_FUNCTION_ARGS)
+{
+	StringInfo	buf = (StringInfo) PG_GETARG_POINTER(0);
+	FenceHolder *holder = palloc(sizeof(FenceHolder));
+	int			nbytes;
+	char	   *s = pq_getmsgtext(buf, buf->len - buf->cursor, &nbytes);
+
+	holder_set(holder, s, (size_t) nbytes);
+	PG_RETURN_POINTER(holder);
+}
+
+PG_FUNCTION_INFO_V1(fence_lease_holder_send);
+Datum
+fence_lease_holder_send(PG_FUNCTION_ARGS)
+{
+	FenceHolder *holder = (FenceHolder *) PG_GETARG_POINTER(0);
+	StringInfoData buf;
+
+	pq_begintypsend(&buf);
+	pq_sendtext(&buf, holder->data, holder->len);
+	PG_RETURN_BYTEA_P(pq_endtypsend(&buf));
+}
