@@ -48,9 +48,9 @@ SELECT fence_check('fn:abort', 10);
 SELECT fence_check('fn:widget-42', 0);
 COMMIT;
 SELECT fence_current('fn:abort');
--- fence_tokens is kept by pg_dump
+-- fence_tokens (and fence_leases) are kept by pg_dump
 SELECT c.relname, e.extconfig IS NOT NULL AS dumped
   FROM pg_extension e JOIN pg_class c ON c.oid = ANY (e.extconfig)
- WHERE e.extname = 'fence';
+ WHERE e.extname = 'fence' ORDER BY 1;
 -- and WAL-logged (not UNLOGGED, not TEMP)
 SELECT relpersistence FROM pg_class WHERE oid = 'fence_tokens'::regclass;

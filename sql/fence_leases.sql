@@ -2,7 +2,9 @@
 -- Every rule is checked on what the tables hold afterwards.
 \set SHOW_CONTEXT never
 \set VERBOSITY default
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS fence;
+RESET client_min_messages;
 DELETE FROM fence_leases WHERE resource LIKE 'ls:%';
 CREATE VIEW ls_state AS
 	SELECT l.resource, l.holder, l.token AS granted, t.token AS highest_accepted,
