@@ -18,6 +18,21 @@ fence_held_init(FenceHeld *held, const FenceAllocator *mem)
 	held->mem = mem;
 }
 
+void
+fence_held_init_buffers(FenceHeld *held, const FenceAllocator *mem, FenceHeldEntry *entries,
+						int n_entries, int *buckets, int n_buckets)
+{
+	int			i;
+
+	fence_held_init(held, mem);
+	held->entries = held->first_entries = entries;
+	held->n_alloc = n_entries;
+	held->buckets = held->first_buckets = buckets;
+	held->n_buckets = n_buckets;
+	for (i = 0; i < n_buckets; i++)
+		buckets[i] = -1;
+}
+
 static uint32_t
 held_hash(const char *z, size_t n)
 {
@@ -74,7 +89,7 @@ held_rehash(FenceHeld *held, int n_buckets)
 		e->next_in_bucket = buckets[b];
 		buckets[b] = i;
 	}
-	if (held->buckets)
+	if (held->buckets && held->buckets != held->first_buckets)
 		held->mem->free(held->buckets);
 	held->buckets = buckets;
 	held->n_buckets = n_buckets;
@@ -92,10 +107,16 @@ fence_held_set(FenceHeld *held, const char *resource, size_t len, int64_t token,
 	if (held->n_entries >= held->n_alloc)
 	{
 		int			n_alloc = held->n_alloc ? held->n_alloc * 2 : 16;
-		FenceHeldEntry *a = held->entries ?
-			held->mem->realloc(held->entries, sizeof(FenceHeldEntry) * (size_t) n_alloc) :
-			held->mem->alloc(sizeof(FenceHeldEntry) * (size_t) n_alloc);
+		FenceHeldEntry *a;
 
+		if (held->entries && held->entries != held->first_entries)
+			a = held->mem->realloc(held->entries, sizeof(FenceHeldEntry) * (size_t) n_alloc);
+		else
+		{
+			a = held->mem->alloc(sizeof(FenceHeldEntry) * (size_t) n_alloc);
+			if (a != NULL && held->entries)
+				memcpy(a, held->entries, sizeof(FenceHeldEntry) * (size_t) held->n_entries);
+		}
 		if (a == NULL)
 			return -1;
 		held->entries = a;
@@ -174,9 +195,9 @@ fence_held_free(FenceHeld *held)
 	const FenceAllocator *mem = held->mem;
 
 	fence_held_truncate(held, 0);
-	if (held->buckets)
+	if (held->buckets && held->buckets != held->first_buckets)
 		mem->free(held->buckets);
-	if (held->entries)
+	if (held->entries && held->entries != held->first_entries)
 		mem->free(held->entries);
 	memset(held, 0, sizeof(*held));
 	held->mem = mem;

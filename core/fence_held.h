@@ -45,9 +45,22 @@ typedef struct FenceHeld
 	int			n_alloc;
 	int		   *buckets;		/* newest entry of each bucket, or -1 */
 	int			n_buckets;		/* a power of two, or 0 */
+	/* the caller's first arrays (fence_held_init_buffers): never freed */
+	FenceHeldEntry *first_entries;
+	int		   *first_buckets;
 } FenceHeld;
 
 void		fence_held_init(FenceHeld *held, const FenceAllocator *mem);
+
+/*
+ * fence_held_init with first arrays the caller owns (n_buckets a power of
+ * two): a log that stays within them allocates nothing but its resources'
+ * copies. Larger arrays come from mem; the first ones are never freed or
+ * reallocated through it.
+ */
+void		fence_held_init_buffers(FenceHeld *held, const FenceAllocator *mem,
+									FenceHeldEntry *entries, int n_entries,
+									int *buckets, int n_buckets);
 
 /* The token held for the resource, or -1 when it is not held. */
 int64_t		fence_held_get(const FenceHeld *held, const char *resource, size_t len);

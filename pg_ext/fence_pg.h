@@ -27,6 +27,9 @@ typedef struct FenceOutcome
 
 /* fence_tokens.c */
 extern FenceOutcome fence_accept(const char *resource, size_t len, int64 token);
+extern FenceOutcome fence_accept_hashed(const char *resource, size_t len,
+										const uint64 *knownHash, int64 token);
+extern uint64 fence_resource_hash(const char *resource, size_t len);
 extern bool fence_read_highest(const char *resource, size_t len, int64 *highest);
 extern void fence_forget(const char *resource, size_t len);
 extern void fence_write_pending(const char *resource, size_t len, int64 token);

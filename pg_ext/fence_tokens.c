@@ -223,15 +223,27 @@ write_row(Relation rel, const char *resource, size_t len, int64 token, bool exis
 	CommandCounterIncrement();
 }
 
-/* The resource's lock; returns the 64-bit hash it is named by. */
+/* The 64-bit hash that names the resource's lock (and its cache slot). */
+uint64
+fence_resource_hash(const char *resource, size_t len)
+{
+	return hash_bytes_extended((const unsigned char *) resource, (int) len, FENCE_LOCK_SEED);
+}
+
+/* The resource's lock, named by its hash. */
+static void
+resource_locktag_hashed(LOCKTAG *tag, uint64 h)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 FENCE_LOCK_CLASS);
+}
+
 static uint64
 resource_locktag(LOCKTAG *tag, const char *resource, size_t len)
 {
-	uint64		h = hash_bytes_extended((const unsigned char *) resource, (int) len,
-										FENCE_LOCK_SEED);
+	uint64		h = fence_resource_hash(resource, len);
 
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 FENCE_LOCK_CLASS);
+	resource_locktag_hashed(tag, h);
 	return h;
 }
 
@@ -334,11 +346,22 @@ escalation_threshold(void)
 	return Max(max_locks_per_xact / 2, 1);
 }
 
-/* The resource's lock with the matching intention lock on fence_tokens. */
+/*
+ * The resource's lock with the matching intention lock on fence_tokens.
+ * The intention lock is taken straight from the lock manager, not with
+ * LockRelationOid: that one also processes the invalidation queue, for a
+ * caller about to open the relation, and fence_accept processes it once
+ * after the resource's lock is granted, which is the moment that matters
+ * (fence_token_cache.c); opening fence_tokens later goes through
+ * LockRelationOid and processes it again, as any open does.
+ */
 static void
 lock_resource(const LOCKTAG *tag, LOCKMODE mode)
 {
-	lock_tokens_table(mode == ExclusiveLock ? RowExclusiveLock : RowShareLock);
+	LOCKTAG		tokens;
+
+	SET_LOCKTAG_RELATION(tokens, MyDatabaseId, tokens_relid());
+	fence_lock(&tokens, mode == ExclusiveLock ? RowExclusiveLock : RowShareLock);
 	fence_lock(tag, mode);
 }
 
@@ -349,6 +372,17 @@ lock_resource(const LOCKTAG *tag, LOCKMODE mode)
  */
 FenceOutcome
 fence_accept(const char *resource, size_t len, int64 token)
+{
+	return fence_accept_hashed(resource, len, NULL, token);
+}
+
+/*
+ * fence_accept for a caller that knows the resource's fence_resource_hash
+ * (a guard's one resource: computed once per guard, not per row); NULL:
+ * computed here when needed.
+ */
+FenceOutcome
+fence_accept_hashed(const char *resource, size_t len, const uint64 *knownHash, int64 token)
 {
 	FenceOutcome outcome = {false, 0};
 	int64		held = fence_held_token(resource, len);
@@ -442,7 +476,13 @@ fence_accept(const char *resource, size_t len, int64 token)
 		return outcome;
 	}
 
-	hash = resource_locktag(&tag, resource, len);
+	if (knownHash)
+	{
+		hash = *knownHash;
+		resource_locktag_hashed(&tag, hash);
+	}
+	else
+		hash = resource_locktag(&tag, resource, len);
 
 	/*
 	 * Guess the mode: the shared lock for the common case of presenting the

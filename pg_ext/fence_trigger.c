@@ -54,7 +54,10 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "catalog/pg_collation.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
@@ -65,8 +68,8 @@
 #define TRUNCATE_TRIGGER "fence_guard_truncate"
 
 /*
- * A trigger's arguments resolved against its table, cached in the trigger
- * function's fn_extra so that a row costs no catalog lookup.
+ * A trigger's arguments resolved against its table, so that a row costs no
+ * catalog lookup.
  */
 typedef struct GuardSpec
 {
@@ -76,11 +79,68 @@ typedef struct GuardSpec
 	const char *tokenColumn;
 	const char *resource;		/* the resource, or the prefix of a per-row one */
 	size_t		resourceLen;
+	uint64		resourceHash;	/* fence_resource_hash of a table's one resource */
 	AttrNumber	keyAttnum;		/* InvalidAttrNumber: one fence for the table */
+	int16		keyLen;			/* the key's type: typlen and typbyval */
+	bool		keyByVal;
 	CoercionPathType keyPath;	/* how the key becomes text, as ::text does */
 	FmgrInfo	keyFn;
 	Oid			keyCollation;
 } GuardSpec;
+
+/*
+ * The guard specs outlive the statement. fn_extra alone would keep one for
+ * the rows of one statement, and a one-row statement (the common case:
+ * one holder writing at its token) would pay guard_spec's catalog lookups
+ * and checks on every call. So each guard trigger's spec is kept per
+ * backend, keyed by the trigger's OID, in a memory context of its own under
+ * CacheMemoryContext, the way PostgreSQL keeps its own caches true: every
+ * relcache invalidation of the entry's table marks it stale, and the next
+ * call rebuilds it, running every check of guard_spec again. Whatever can
+ * change a spec sends one: ALTER TABLE (a column's type, name, generation
+ * expression), CREATE, DROP, RENAME, ENABLE and DISABLE TRIGGER,
+ * fence_protect and fence_unprotect (they drop and create triggers), and a
+ * reset of all caches (relid InvalidOid) marks every entry. PostgreSQL
+ * processes them when the statement locks the table, before any row
+ * reaches the guard, and at every CommandCounterIncrement of this
+ * transaction's own DDL.
+ *
+ * An entry is rebuilt in place, never freed, so the pointer a running
+ * statement keeps in fn_extra is always safe to test (valid and the same
+ * trigger). "invalidated" catches an invalidation that arrives during the
+ * build (a syscache miss opens a catalog and processes the queue): the spec
+ * then serves the call that built it, as it would have before, and the next
+ * call builds it again.
+ */
+typedef struct GuardCacheEntry
+{
+	Oid			trigger;		/* hash key */
+	Oid			relid;
+	bool		valid;
+	bool		invalidated;
+	MemoryContext cxt;
+	GuardSpec	spec;
+} GuardCacheEntry;
+
+static HTAB *guardCache = NULL;
+static GuardCacheEntry *lastGuard = NULL;	/* the entry used last, often next */
+
+static void
+guard_cache_invalidate(Datum arg, Oid relid)
+{
+	HASH_SEQ_STATUS status;
+	GuardCacheEntry *entry;
+
+	hash_seq_init(&status, guardCache);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (relid == InvalidOid || entry->relid == relid)
+		{
+			entry->valid = false;
+			entry->invalidated = true;
+		}
+	}
+}
 
 /*
  * A token column must be an integer type (SPEC, "No way around the fence").
@@ -222,17 +282,15 @@ prepare_key_cast(Oid keyType, CoercionPathType *path, Oid *castFunc)
 	}
 }
 
-static GuardSpec *
-guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
+/* Resolve the trigger's arguments into spec, allocating in cxt. */
+static void
+build_guard_spec(GuardSpec *spec, MemoryContext cxt, TriggerData *trigdata)
 {
-	GuardSpec  *spec = fcinfo->flinfo->fn_extra;
 	Trigger    *trigger = trigdata->tg_trigger;
 	TupleDesc	desc = RelationGetDescr(trigdata->tg_relation);
 	MemoryContext old;
 	Oid			castFunc = InvalidOid;
 
-	if (spec && spec->trigger == trigger->tgoid)
-		return spec;
 	if (trigger->tgnargs != 3)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
@@ -255,11 +313,12 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 
 	check_no_later_before_trigger(trigdata->tg_relation, trigger);
 
-	old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-	spec = palloc0(sizeof(GuardSpec));
+	old = MemoryContextSwitchTo(cxt);
+	memset(spec, 0, sizeof(GuardSpec));
 	spec->trigger = trigger->tgoid;
 	spec->resource = pstrdup(trigger->tgargs[1]);
 	spec->resourceLen = strlen(spec->resource);
+	spec->resourceHash = fence_resource_hash(spec->resource, spec->resourceLen);
 	if (trigger->tgargs[0][0])
 	{
 		spec->tokenColumn = pstrdup(trigger->tgargs[0]);
@@ -289,14 +348,61 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 		check_key_type(trigdata->tg_relation, trigger->tgargs[2], att->atttypid,
 					   att->attcollation);
 		check_not_generated(trigdata->tg_relation, att);
+		spec->keyLen = att->attlen;
+		spec->keyByVal = att->attbyval;
 		spec->keyCollation = att->attcollation;
 		prepare_key_cast(att->atttypid, &spec->keyPath, &castFunc);
 		if (OidIsValid(castFunc))
-			fmgr_info_cxt(castFunc, &spec->keyFn, fcinfo->flinfo->fn_mcxt);
+			fmgr_info_cxt(castFunc, &spec->keyFn, cxt);
 	}
 	MemoryContextSwitchTo(old);
-	fcinfo->flinfo->fn_extra = spec;
-	return spec;
+}
+
+static GuardSpec *
+guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
+{
+	GuardCacheEntry *entry = fcinfo->flinfo->fn_extra;
+	Oid			tgoid = trigdata->tg_trigger->tgoid;
+	bool		found;
+
+	if (entry && entry->valid && entry->trigger == tgoid)
+		return &entry->spec;
+	/* a new statement (fn_extra starts NULL) on the table guarded last */
+	entry = lastGuard;
+	if (entry && entry->valid && entry->trigger == tgoid)
+	{
+		fcinfo->flinfo->fn_extra = entry;
+		return &entry->spec;
+	}
+	if (guardCache == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(GuardCacheEntry);
+		guardCache = hash_create("fence guard specs", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+		CacheRegisterRelcacheCallback(guard_cache_invalidate, (Datum) 0);
+	}
+	entry = hash_search(guardCache, &tgoid, HASH_ENTER, &found);
+	if (!found)
+	{
+		entry->valid = false;
+		entry->relid = InvalidOid;
+		entry->cxt = AllocSetContextCreate(CacheMemoryContext, "fence guard spec",
+										   ALLOCSET_SMALL_SIZES);
+	}
+	if (!entry->valid)
+	{
+		MemoryContextReset(entry->cxt);
+		entry->relid = RelationGetRelid(trigdata->tg_relation);
+		entry->invalidated = false;
+		/* an error leaves it invalid, to be built again */
+		build_guard_spec(&entry->spec, entry->cxt, trigdata);
+		entry->valid = !entry->invalidated;
+	}
+	lastGuard = entry;
+	fcinfo->flinfo->fn_extra = entry;
+	return &entry->spec;
 }
 
 /* The row's resource: the fixed one, or the prefix followed by key::text. */
@@ -368,10 +474,12 @@ row_token(GuardSpec *spec, Relation rel, HeapTuple row, const char *resource, si
 	return token;
 }
 
+/* hash: the resource's fence_resource_hash, or NULL to compute it if needed */
 static void
-present_token(Relation rel, const char *resource, size_t len, int64 token)
+present_token(Relation rel, const char *resource, size_t len, const uint64 *hash,
+			  int64 token)
 {
-	FenceOutcome outcome = fence_accept(resource, len, token);
+	FenceOutcome outcome = fence_accept_hashed(resource, len, hash, token);
 
 	if (outcome.stale)
 		fence_report_stale(rel, resource, len, token, outcome.highest);
@@ -390,19 +498,38 @@ same_resource(const char *a, size_t alen, const char *b, size_t blen)
 	return alen == blen && memcmp(a, b, alen) == 0;
 }
 
+/*
+ * Do two rows have the same key, bit for bit? Then they name the same
+ * resource (the key's text is a function of its value alone: check_key_type)
+ * and an UPDATE that kept the key need not build the resource twice.
+ */
+static bool
+same_key(GuardSpec *spec, Relation rel, HeapTuple a, HeapTuple b)
+{
+	bool		aNull;
+	bool		bNull;
+	Datum		ak = heap_getattr(a, spec->keyAttnum, RelationGetDescr(rel), &aNull);
+	Datum		bk = heap_getattr(b, spec->keyAttnum, RelationGetDescr(rel), &bNull);
+
+	return !aNull && !bNull && datumIsEqual(ak, bk, spec->keyByVal, spec->keyLen);
+}
+
 static HeapTuple
 guard_row(GuardSpec *spec, TriggerData *trigdata)
 {
 	Relation	rel = trigdata->tg_relation;
 	HeapTuple	oldRow = trigdata->tg_trigtuple;
 	bool		hasToken = spec->tokenAttnum != InvalidAttrNumber;
+	bool		perRow = spec->keyAttnum != InvalidAttrNumber;
+	/* the table's one resource has its lock hash computed once */
+	const uint64 *hash = perRow ? NULL : &spec->resourceHash;
 	size_t		oldLen;
 	char	   *oldResource = row_resource(spec, rel, oldRow, &oldLen);
 
 	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
 	{
 		if (hasToken)
-			present_token(rel, oldResource, oldLen,
+			present_token(rel, oldResource, oldLen, hash,
 						  row_token(spec, rel, oldRow, oldResource, oldLen));
 		else
 			require_fenced(rel, oldResource, oldLen);
@@ -417,12 +544,16 @@ guard_row(GuardSpec *spec, TriggerData *trigdata)
 	/* UPDATE */
 	{
 		HeapTuple	newRow = trigdata->tg_newtuple;
-		size_t		newLen;
-		char	   *newResource = row_resource(spec, rel, newRow, &newLen);
-		bool		keyChanged = !same_resource(oldResource, oldLen, newResource, newLen);
+		size_t		newLen = oldLen;
+		char	   *newResource = oldResource;
+		bool		keyChanged;
 		bool		tokenSet = hasToken &&
 			bms_is_member(spec->tokenAttnum - FirstLowInvalidHeapAttributeNumber,
 						  trigdata->tg_updatedcols);
+
+		if (perRow && !same_key(spec, rel, oldRow, newRow))
+			newResource = row_resource(spec, rel, newRow, &newLen);
+		keyChanged = !same_resource(oldResource, oldLen, newResource, newLen);
 
 		/*
 		 * MERGE reports the SET columns of all its UPDATE actions, not of the
@@ -449,9 +580,9 @@ guard_row(GuardSpec *spec, TriggerData *trigdata)
 		{
 			int64		token = row_token(spec, rel, newRow, newResource, newLen);
 
-			present_token(rel, oldResource, oldLen, token);
+			present_token(rel, oldResource, oldLen, hash, token);
 			if (keyChanged)
-				present_token(rel, newResource, newLen, token);
+				present_token(rel, newResource, newLen, NULL, token);
 		}
 		else
 		{

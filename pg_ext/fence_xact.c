@@ -36,6 +36,16 @@ static FenceHeld held;
 static FenceHeld written;
 static bool heldReady = false;	/* held and written live in this transaction */
 
+/*
+ * The held log's first arrays, reused by every transaction (the log of one
+ * that ended is forgotten, never read again): a transaction with a few
+ * fences allocates only the copies of their names. Larger arrays come from
+ * TopTransactionContext and go with it.
+ */
+#define FIRST_ENTRIES 16
+static FenceHeldEntry firstEntries[FIRST_ENTRIES];
+static int	firstBuckets[FIRST_ENTRIES];
+
 static void *
 xact_alloc(size_t size)
 {
@@ -57,7 +67,7 @@ at_xact_end(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PRE_PREPARE:
-			if (heldReady)
+			if (heldReady && written.n_entries > 0)
 				fence_xact_flush();
 			break;
 		case XACT_EVENT_COMMIT:
@@ -102,7 +112,8 @@ xact_ready(void)
 {
 	if (!heldReady)
 	{
-		fence_held_init(&held, &xactAllocator);
+		fence_held_init_buffers(&held, &xactAllocator, firstEntries, FIRST_ENTRIES,
+								firstBuckets, FIRST_ENTRIES);
 		fence_held_init(&written, &xactAllocator);
 		heldReady = true;
 	}

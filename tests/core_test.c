@@ -129,6 +129,30 @@ testHeld(void)
 	fence_held_clear(&held);
 	expect(held.n_entries == 0 && held.n_buckets == 0, "held: clear gives large tables back");
 	fence_held_free(&held);
+
+	{
+		FenceHeldEntry first[4];
+		int			firstBuckets[4];
+
+		fence_held_init_buffers(&held, &testAllocator, first, 4, firstBuckets, 4);
+		fence_held_set(&held, "r", 1, 5, 1);
+		expect(held.entries == first && fence_held_get(&held, "r", 1) == 5,
+			   "held: the first entries go into the caller's arrays");
+		for (i = 0; i < 100; i++)
+		{
+			snprintf(name, sizeof(name), "res-%d", i);
+			fence_held_set(&held, name, strlen(name), i, 2);
+		}
+		ok = held.entries != first && held.buckets != firstBuckets &&
+			fence_held_get(&held, "r", 1) == 5;
+		for (i = 0; i < 100; i++)
+		{
+			snprintf(name, sizeof(name), "res-%d", i);
+			ok &= fence_held_get(&held, name, strlen(name)) == i;
+		}
+		expect(ok, "held: growing out of the caller's arrays keeps every entry");
+		fence_held_free(&held);
+	}
 }
 
 /* The lease rules of the semantics, one case each. */
