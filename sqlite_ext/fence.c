@@ -928,8 +928,19 @@ resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, in
 	FenceConn  *conn = sqlite3_user_data(ctx);
 	sqlite3_int64 highest;
 	int			stale;
-	int			rc = acceptToken(conn, z, n, token, &stale, &highest);
+	int			rc;
 
+	/* fence_stats' slot first: out of memory then refuses before anything changes */
+	int			slot = fenceStatsFind(conn, z, n);
+
+	if (slot < 0)
+	{
+		resultDbError(ctx, conn, SQLITE_NOMEM);
+		return;
+	}
+	rc = acceptToken(conn, z, n, token, &stale, &highest);
+	if (rc == SQLITE_OK)
+		fenceStatsCount(conn, slot, stale, token);
 	if (rc != SQLITE_OK)
 		resultDbError(ctx, conn, rc);
 	else if (bTry)

@@ -75,8 +75,16 @@ connRelease(FenceConn *conn)
 	sqlite3_free(conn->aUndo);
 	fence_held_free(&conn->held);
 	fenceGuardFree(conn);
+	fenceStatsFree(conn);
 	sqlite3_free(conn->aMark);
 	sqlite3_free(conn);
+}
+
+/* For fence_stats.c, whose tables hold a reference too. */
+void
+fenceConnRelease(FenceConn *conn)
+{
+	connRelease(conn);
 }
 
 typedef struct HeldVtab
@@ -657,6 +665,8 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 		rc = sqlite3_create_module_v2(db, "fence_txn", &txnModule, conn, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_create_module_v2(db, "fence_witness", &witnessModule, NULL, NULL);
+	if (rc == SQLITE_OK)
+		rc = fenceStatsRegister(db, conn);
 	return rc;
 }
 
@@ -668,6 +678,7 @@ void
 fenceHeldUnregister(sqlite3 *db)
 {
 	sqlite3_create_module_v2(db, "fence_witness", NULL, NULL, NULL);
+	sqlite3_create_module_v2(db, "fence_stats", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_txn", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_held", NULL, NULL, NULL);
 }

@@ -112,13 +112,67 @@ leaseSaveError(FenceConn *conn, int rc)
 	return rc;
 }
 
-void
-fenceLeaseFinalize(FenceConn *conn)
+static void
+leaseFinalizeTable(FenceConn *conn)
 {
 	sqlite3_finalize(conn->pLeaseLock);
 	sqlite3_finalize(conn->pLeaseSelect);
 	sqlite3_finalize(conn->pLeaseWrite);
 	conn->pLeaseLock = conn->pLeaseSelect = conn->pLeaseWrite = NULL;
+}
+
+void
+fenceLeaseFinalize(FenceConn *conn)
+{
+	int			i;
+
+	leaseFinalizeTable(conn);
+	for (i = 0; i < 4; i++)
+	{
+		sqlite3_finalize(conn->pLeaseTxn[i]);
+		conn->pLeaseTxn[i] = NULL;
+	}
+}
+
+/*
+ * The call's savepoint statements, prepared once and kept: ending the
+ * savepoint must not depend on an allocation (out of memory there would
+ * leave half a call behind), so nothing is begun before they exist.
+ */
+enum
+{
+	TXN_BEGIN, TXN_RELEASE, TXN_UNDO, TXN_ROLLBACK
+};
+
+static int
+leasePrepareTxn(FenceConn *conn)
+{
+	static const char *const sql[4] = {
+		"SAVEPOINT fence_lease", "RELEASE fence_lease", "ROLLBACK TO fence_lease", "ROLLBACK"
+	};
+	int			i;
+	int			rc = SQLITE_OK;
+
+	if (conn->pLeaseTxn[3])
+		return SQLITE_OK;
+	/* the eponymous fence_held must be connected to finalize these at close */
+	rc = fenceHeldConnect(conn);
+	for (i = 0; i < 4 && rc == SQLITE_OK; i++)
+		if (conn->pLeaseTxn[i] == NULL)
+			rc = sqlite3_prepare_v3(conn->db, sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+									&conn->pLeaseTxn[i], NULL);
+	return rc;
+}
+
+static int
+leaseTxnStep(FenceConn *conn, int which)
+{
+	int			rc = sqlite3_step(conn->pLeaseTxn[which]);
+
+	if (rc != SQLITE_DONE)
+		leaseSaveError(conn, rc);
+	sqlite3_reset(conn->pLeaseTxn[which]);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 static int
@@ -167,11 +221,8 @@ leasePrepare(FenceConn *conn)
 
 	if (conn->pLeaseLock && conn->pLeaseSelect && conn->pLeaseWrite)
 		return SQLITE_OK;
-	fenceLeaseFinalize(conn);
-	/* the eponymous fence_held must be connected to finalize these at close */
-	rc = fenceHeldConnect(conn);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v3(conn->db, lockLeasesSql, -1, SQLITE_PREPARE_PERSISTENT,
+	leaseFinalizeTable(conn);
+	rc = sqlite3_prepare_v3(conn->db, lockLeasesSql, -1, SQLITE_PREPARE_PERSISTENT,
 								&conn->pLeaseLock, NULL);
 	if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_NOMEM)
 	{
@@ -196,7 +247,7 @@ leasePrepare(FenceConn *conn)
 	if (rc != SQLITE_OK)
 	{
 		leaseSaveError(conn, rc);
-		fenceLeaseFinalize(conn);
+		leaseFinalizeTable(conn);
 		return rc;
 	}
 
@@ -241,7 +292,7 @@ leaseLock(FenceConn *conn)
 		 */
 		if (rc != SQLITE_ERROR && rc != SQLITE_SCHEMA)
 			return rc;
-		fenceLeaseFinalize(conn);
+		leaseFinalizeTable(conn);
 	}
 	if (rc != SQLITE_DONE)
 		return rc;
@@ -404,15 +455,16 @@ leaseEnd(FenceConn *conn, int bSavepoint, int bOwnTxn, int rc)
 
 	if (!bSavepoint)
 		return rc;
-	if (rc != SQLITE_OK)
-		sqlite3_exec(conn->db, "ROLLBACK TO fence_lease", NULL, NULL, NULL);
-	rc2 = sqlite3_exec(conn->db, "RELEASE fence_lease", NULL, NULL, NULL);
+	rc2 = rc == SQLITE_OK ? SQLITE_OK : leaseTxnStep(conn, TXN_UNDO);
+	if (rc2 == SQLITE_OK)
+		rc2 = leaseTxnStep(conn, TXN_RELEASE);
 	if (rc2 != SQLITE_OK)
 	{
 		if (rc == SQLITE_OK)
-			rc = leaseSaveError(conn, rc2);
+			rc = rc2;
+		/* a transaction the caller never opened is not left behind */
 		if (bOwnTxn && !sqlite3_get_autocommit(conn->db))
-			sqlite3_exec(conn->db, "ROLLBACK", NULL, NULL, NULL);
+			leaseTxnStep(conn, TXN_ROLLBACK);
 	}
 	return rc;
 }
@@ -502,14 +554,13 @@ leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 	bOwnTxn = sqlite3_get_autocommit(conn->db);
 	bSavepoint = leaseCanSavepoint(conn);
 	rc = SQLITE_OK;
-	if (bSavepoint)
+	rc = leasePrepareTxn(conn);
+	if (rc == SQLITE_OK && bSavepoint)
+		rc = leaseTxnStep(conn, TXN_BEGIN);
+	if (rc != SQLITE_OK)
 	{
-		rc = sqlite3_exec(conn->db, "SAVEPOINT fence_lease", NULL, NULL, NULL);
-		if (rc != SQLITE_OK)
-		{
-			fenceResultDbError(ctx, conn, leaseSaveError(conn, rc));
-			return;
-		}
+		fenceResultDbError(ctx, conn, rc);
+		return;
 	}
 	rc = leaseLock(conn);
 	if (rc == SQLITE_OK)

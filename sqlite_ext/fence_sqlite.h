@@ -11,6 +11,7 @@
 #define FENCE_SQLITE_H
 
 #include <sqlite3ext.h>
+#include <string.h>
 #include "../core/fence_core.h"
 #include "../core/fence_held.h"
 
@@ -82,6 +83,7 @@ typedef struct FenceConn
 	sqlite3_stmt *pLeaseLock;
 	sqlite3_stmt *pLeaseSelect;
 	sqlite3_stmt *pLeaseWrite;
+	sqlite3_stmt *pLeaseTxn[4];	/* SAVEPOINT, RELEASE, ROLLBACK TO, ROLLBACK */
 	int			nLeaseReprepared;	/* their SQLITE_STMTSTATUS_REPREPARE, summed,
 									 * when fence_leases' shape was last checked */
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
@@ -91,6 +93,7 @@ typedef struct FenceConn
 /* fence_held.c */
 #define FENCE_WITNESS_MAX_ARGS 15	/* arguments of fence_witness after the count */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
+void		fenceConnRelease(FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn);
@@ -137,6 +140,78 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
  * in a shape an authorizer can blind, and is refused until protected again.
  */
 #define FENCE_GUARD_SHAPE "fence guard shape 2"
+
+/* fence_stats.c: this connection's counts per resource */
+typedef struct FenceStatEntry
+{
+	char	   *resource;		/* sqlite3_malloc'd, NUL-terminated */
+	int			n;
+	unsigned	hash;
+	sqlite3_int64 accepted;
+	sqlite3_int64 rejected;
+	sqlite3_int64 lastToken;	/* the last rejected token */
+	sqlite3_int64 lastAtMs;		/* when, ms since the Unix epoch */
+} FenceStatEntry;
+
+struct FenceStats
+{
+	FenceStatEntry *a;			/* in order of first use; an index never moves */
+	int			nEntry;
+	int			nAlloc;
+	int		   *aSlot;			/* open addressing: index into a, or -1 */
+	int			nSlot;			/* a power of two, at least 2 * nEntry */
+	int			iLast;			/* the entry last asked for */
+	const char *zLast;			/* its resource and length (-1: none yet) */
+	int			nLast;
+};
+
+int			fenceStatsRegister(sqlite3 *db, FenceConn *conn);
+int			fenceStatsSlot(FenceConn *conn, const char *z, int n);
+void		fenceStatsReject(FenceConn *conn, int slot, sqlite3_int64 token);
+void		fenceStatsFree(FenceConn *conn);
+
+/*
+ * The entry of resource z for fence_stats, made if new: its index, or -1
+ * when memory ran out. Inline for the accept path: the resource of the
+ * previous call is compared eight bytes at a time, no call made.
+ */
+static inline int
+fenceStatsFind(FenceConn *conn, const char *z, int n)
+{
+	const struct FenceStats *s = conn->pStats;
+
+	if (s != NULL && s->nLast == n)
+	{
+		const char *a = s->zLast;
+		int			i = 0;
+
+		for (; i + 8 <= n; i += 8)
+		{
+			sqlite3_uint64 x;
+			sqlite3_uint64 y;
+
+			memcpy(&x, a + i, 8);
+			memcpy(&y, z + i, 8);
+			if (x != y)
+				break;
+		}
+		while (i < n && a[i] == z[i])
+			i++;
+		if (i == n)
+			return s->iLast;
+	}
+	return fenceStatsSlot(conn, z, n);
+}
+
+/* Count an accept (bStale 0) or a stale rejection of token at entry slot. */
+static inline void
+fenceStatsCount(FenceConn *conn, int slot, int bStale, sqlite3_int64 token)
+{
+	if (!bStale)
+		conn->pStats->a[slot].accepted++;
+	else
+		fenceStatsReject(conn, slot, token);
+}
 
 /* fence_guard.c */
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,

@@ -10,6 +10,7 @@ trap 'rm -f "$log"' EXIT
 {
 	"$PYTHON" tests/pg_faults.py --stress
 	(cd /tmp && "$PYTHON" "$FENCE_ROOT/tests/pg_leases.py" --pauses 1000)
+	"$PYTHON" tests/sqlite_lease_workers.py --pauses 1000
 	[ -x tests/lockservice/run.sh ] && bash tests/lockservice/run.sh --stress
 	[ -x tests/fuzz/run.sh ] && bash tests/fuzz/run.sh 300
 	[ -x tests/pg_valgrind.sh ] && bash tests/pg_valgrind.sh

@@ -549,22 +549,48 @@ testOutOfMemory(void)
 
 /*
  * Lease calls on the base database (r at 10): grants, a renew, a release,
- * a fenced first write at a granted token, a grant rolled back. Whatever
+ * a fenced first write at a granted token, a read of fence_stats, a grant
+ * rolled back. Whatever
  * allocation fails, what committed must keep the lease rules: r's lease
  * token, when there is one, is above the 10 accepted before any grant and
  * no lower than r's highest accepted; the rolled-back resource m has no
- * lease; and the connection closes (no statement of fence's left open).
+ * lease; a lease call that failed changed nothing; and the connection
+ * closes (no statement of fence's left open).
  */
 static const char *const leaseWorkload[] = {
 	"SELECT fence_acquire('r', 'a', 60000)",
 	"SELECT fence_renew('r', 'a', 11, 60000)",
 	"SELECT fence_acquire('r', 'b', 60000)",
 	"BEGIN", "SELECT fence_check('r', fence_acquire('r', 'a', 60000))", "COMMIT",
+	"SELECT * FROM fence_stats",
 	"SELECT fence_release('r', 'a', 11)",
 	"SELECT fence_acquire('r', 'b', 60000)",
 	"BEGIN", "SELECT fence_acquire('m', 'b', 60000)", "ROLLBACK",
 	"SELECT fence_acquire('r', 'b', 60000)",
 };
+
+/*
+ * fence_leases as text, read with the allocator's counting paused, or NULL
+ * (no table yet reads as "").
+ */
+static char *
+leaseSnapshot(sqlite3 *db)
+{
+	sqlite3_stmt *stmt = NULL;
+	char	   *z = NULL;
+	int			wasArmed = armed;
+
+	armed = 0;
+	if (sqlite3_prepare_v2(db, "SELECT coalesce(group_concat(resource || ',' || holder || ',' || "
+						   "token || ',' || expires_at, ';'), '') FROM main.fence_leases",
+						   -1, &stmt, NULL) != SQLITE_OK)
+		z = sqlite3_mprintf("");
+	else if (sqlite3_step(stmt) == SQLITE_ROW)
+		z = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
+	sqlite3_finalize(stmt);
+	armed = wasArmed;
+	return z;
+}
 
 static int
 leaseOomRun(long at, int *pFailed, char *err, size_t nErr)
@@ -577,6 +603,7 @@ leaseOomRun(long at, int *pFailed, char *err, size_t nErr)
 	sqlite3_int64 highest;
 	sqlite3_int64 m;
 
+	*err = '\0';
 	removeDb(dbPath);
 	if (!copyFile(basePath, dbPath) || (db = openDb(dbPath)) == NULL)
 	{
@@ -588,8 +615,25 @@ leaseOomRun(long at, int *pFailed, char *err, size_t nErr)
 	sqlite3_free(zErr);
 	for (i = 0; i < sizeof(leaseWorkload) / sizeof(leaseWorkload[0]); i++)
 	{
+		const char *sql = leaseWorkload[i];
+		int			bLease = strstr(sql, "fence_check") == NULL &&
+			(strstr(sql, "fence_acquire") || strstr(sql, "fence_renew") ||
+			 strstr(sql, "fence_release"));
+		char	   *before = bLease ? leaseSnapshot(db) : NULL;
+		char	   *after;
+
+		rc = step(db, sql);
+		/* a lease call that failed changed nothing (read with allocations not counted) */
+		if (rc != SQLITE_OK && before && (after = leaseSnapshot(db)) != NULL)
+		{
+			if (strcmp(before, after) != 0 && !*err)
+				snprintf(err, nErr, "%s failed (%s) but changed fence_leases from [%s] to [%s]",
+						 sql, sqlite3_errstr(rc), before, after);
+			sqlite3_free(after);
+		}
+		sqlite3_free(before);
 		/* a transaction that could not begin is skipped whole, as an application would */
-		if (step(db, leaseWorkload[i]) != SQLITE_OK && strcmp(leaseWorkload[i], "BEGIN") == 0)
+		if (rc != SQLITE_OK && strcmp(sql, "BEGIN") == 0)
 			while (strcmp(leaseWorkload[i], "COMMIT") != 0 &&
 				   strcmp(leaseWorkload[i], "ROLLBACK") != 0)
 				i++;
@@ -605,6 +649,8 @@ leaseOomRun(long at, int *pFailed, char *err, size_t nErr)
 		sqlite3_close_v2(db);
 		return 0;
 	}
+	if (*err)
+		return 0;
 	db = openDb(dbPath);
 	lease = queryInt(db, "SELECT coalesce((SELECT token FROM fence_leases WHERE resource = 'r'), -1)", &rc);
 	highest = queryInt(db, "SELECT token FROM fence_tokens WHERE resource = 'r'", &rc);

@@ -1,0 +1,410 @@
+/*
+ * fence_stats.c
+ *
+ * fence_stats: what this connection's fence accepted and refused, per
+ * resource, since the connection opened, as an eponymous, read-only
+ * virtual table:
+ *
+ *   SELECT * FROM fence_stats;
+ *   resource | accepted | rejected | last_rejected_token | last_rejected_at
+ *
+ * accepted counts every accept (fence_check, fence_try, and each token a
+ * guard accepts for a row; equal tokens too); rejected counts every stale
+ * rejection (fence_check's error, fence_try's 0, a guard's stale error).
+ * They are attempts, counted whether or not the transaction later commits;
+ * "fencing token required", invalid input and lease calls count nowhere.
+ * last_rejected_token and last_rejected_at (UTC text in fence_tokens'
+ * updated_at format, 'YYYY-MM-DD HH:MM:SS.SSS', read from the default VFS's
+ * clock) are NULL until the resource's first rejection. A resource appears
+ * once it has an accept or a rejection.
+ *
+ * The counts live in memory of the connection (FenceConn), never in a
+ * table: counting writes nothing, takes no lock, and cannot be rolled back.
+ * The accept path pays one lookup: a slot is found (or made) before the
+ * token is judged, so that running out of memory refuses the call before it
+ * changes anything rather than leaving an accept uncounted. The resource of
+ * the previous call is remembered, and the lookup of it is inline
+ * (fenceStatsFind in fence_sqlite.h), so that the common case (one holder
+ * writing many rows of one resource) costs a compare of the resource's
+ * bytes, eight at a time, and an increment: no call, no hash.
+ */
+#include "fence_sqlite.h"
+
+#include <string.h>
+
+SQLITE_EXTENSION_INIT3
+
+/* The entry the next call most likely asks for: this one. */
+static int
+statsRemember(struct FenceStats *s, int i)
+{
+	s->iLast = i;
+	s->zLast = s->a[i].resource;
+	s->nLast = s->a[i].n;
+	return i;
+}
+
+static unsigned
+statsHash(const char *z, int n)
+{
+	unsigned	h = 2166136261u;	/* FNV-1a */
+	int			i;
+
+	for (i = 0; i < n; i++)
+		h = (h ^ (unsigned char) z[i]) * 16777619u;
+	return h;
+}
+
+static int
+statsGrowSlots(struct FenceStats *s)
+{
+	int			nSlot = s->nSlot ? s->nSlot * 2 : 16;
+	int		   *aSlot = sqlite3_malloc64(sizeof(int) * (sqlite3_uint64) nSlot);
+	int			i;
+
+	if (aSlot == NULL)
+		return SQLITE_NOMEM;
+	for (i = 0; i < nSlot; i++)
+		aSlot[i] = -1;
+	for (i = 0; i < s->nEntry; i++)
+	{
+		unsigned	k = s->a[i].hash & (unsigned) (nSlot - 1);
+
+		while (aSlot[k] >= 0)
+			k = (k + 1) & (unsigned) (nSlot - 1);
+		aSlot[k] = i;
+	}
+	sqlite3_free(s->aSlot);
+	s->aSlot = aSlot;
+	s->nSlot = nSlot;
+	return SQLITE_OK;
+}
+
+/*
+ * The entry of resource z, made if it has none: its index, or -1 when
+ * memory ran out (nothing is then changed). Entries never move their index,
+ * so a caller may keep it across a call that adds others.
+ */
+int
+fenceStatsSlot(FenceConn *conn, const char *z, int n)
+{
+	struct FenceStats *s = conn->pStats;
+	FenceStatEntry *e;
+	unsigned	h;
+	unsigned	k;
+
+	if (s == NULL)
+	{
+		s = sqlite3_malloc(sizeof(*s));
+		if (s == NULL)
+			return -1;
+		memset(s, 0, sizeof(*s));
+		s->nLast = -1;
+		conn->pStats = s;
+	}
+	h = statsHash(z, n);
+	if (s->nSlot > 0)
+	{
+		for (k = h & (unsigned) (s->nSlot - 1); s->aSlot[k] >= 0;
+			 k = (k + 1) & (unsigned) (s->nSlot - 1))
+		{
+			e = &s->a[s->aSlot[k]];
+			if (e->hash == h && e->n == n && memcmp(e->resource, z, (size_t) n) == 0)
+				return statsRemember(s, s->aSlot[k]);
+		}
+	}
+	if ((s->nEntry + 1) * 2 > s->nSlot && statsGrowSlots(s) != SQLITE_OK)
+		return -1;
+	if (s->nEntry == s->nAlloc)
+	{
+		int			nAlloc = s->nAlloc ? s->nAlloc * 2 : 8;
+		FenceStatEntry *a = sqlite3_realloc64(s->a, sizeof(*a) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+			return -1;
+		s->a = a;
+		s->nAlloc = nAlloc;
+	}
+	e = &s->a[s->nEntry];
+	memset(e, 0, sizeof(*e));
+	e->resource = sqlite3_malloc(n + 1);
+	if (e->resource == NULL)
+		return -1;
+	memcpy(e->resource, z, (size_t) n);
+	e->resource[n] = '\0';
+	e->n = n;
+	e->hash = h;
+	for (k = h & (unsigned) (s->nSlot - 1); s->aSlot[k] >= 0; k = (k + 1) & (unsigned) (s->nSlot - 1))
+		;
+	s->aSlot[k] = s->nEntry;
+	return statsRemember(s, s->nEntry++);
+}
+
+/* The default VFS's clock, in ms since the Unix epoch; 0 if it fails. */
+static sqlite3_int64
+statsNowMs(void)
+{
+	sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
+	sqlite3_int64 jd = 0;
+
+	if (vfs && vfs->iVersion >= 2 && vfs->xCurrentTimeInt64 &&
+		vfs->xCurrentTimeInt64(vfs, &jd) == SQLITE_OK)
+		return jd - (sqlite3_int64) 210866760000000;
+	return 0;
+}
+
+/* A stale rejection of token for the resource of slot. */
+void
+fenceStatsReject(FenceConn *conn, int slot, sqlite3_int64 token)
+{
+	FenceStatEntry *e = &conn->pStats->a[slot];
+
+	e->rejected++;
+	e->lastToken = token;
+	e->lastAtMs = statsNowMs();
+}
+
+void
+fenceStatsFree(FenceConn *conn)
+{
+	struct FenceStats *s = conn->pStats;
+	int			i;
+
+	if (s == NULL)
+		return;
+	for (i = 0; i < s->nEntry; i++)
+		sqlite3_free(s->a[i].resource);
+	sqlite3_free(s->a);
+	sqlite3_free(s->aSlot);
+	sqlite3_free(s);
+	conn->pStats = NULL;
+}
+
+/* 'YYYY-MM-DD HH:MM:SS.SSS' (UTC) of ms since the Unix epoch (>= 0). */
+static void
+statsFormatTime(sqlite3_int64 ms, char *buf, int nBuf)
+{
+	static const int mdays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	sqlite3_int64 days = ms / 86400000;
+	int			msOfDay = (int) (ms % 86400000);
+	int			year = 1970;
+	int			month = 0;
+
+	for (;;)
+	{
+		int			leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+		int			len = 365 + leap;
+
+		if (days < len)
+		{
+			for (month = 0; month < 12; month++)
+			{
+				int			m = mdays[month] + (month == 1 && leap);
+
+				if (days < m)
+					break;
+				days -= m;
+			}
+			break;
+		}
+		days -= len;
+		year++;
+	}
+	sqlite3_snprintf(nBuf, buf, "%04d-%02d-%02d %02d:%02d:%02d.%03d", year, month + 1,
+					 (int) days + 1, msOfDay / 3600000, msOfDay / 60000 % 60,
+					 msOfDay / 1000 % 60, msOfDay % 1000);
+}
+
+/* ---------------------------------------------------------------------
+ * The fence_stats virtual table
+ * ------------------------------------------------------------------ */
+
+typedef struct StatsVtab
+{
+	sqlite3_vtab base;
+	FenceConn  *conn;
+} StatsVtab;
+
+typedef struct StatsCursor
+{
+	sqlite3_vtab_cursor base;
+	int			i;
+	int			nEnd;			/* entries when the scan began */
+} StatsCursor;
+
+static FenceConn *
+statsConn(sqlite3_vtab_cursor *cur)
+{
+	return ((StatsVtab *) cur->pVtab)->conn;
+}
+
+static int
+statsConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
+			 sqlite3_vtab **ppVtab, char **pzErr)
+{
+	StatsVtab  *vtab;
+	int			rc;
+
+	(void) argc;
+	(void) argv;
+	(void) pzErr;
+	rc = sqlite3_declare_vtab(db, "CREATE TABLE x(resource TEXT, accepted INTEGER, "
+							  "rejected INTEGER, last_rejected_token INTEGER, "
+							  "last_rejected_at TEXT)");
+	if (rc != SQLITE_OK)
+		return rc;
+	/* reading this connection's own counts is harmless from a view */
+	sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
+	vtab = sqlite3_malloc(sizeof(*vtab));
+	if (vtab == NULL)
+		return SQLITE_NOMEM;
+	memset(vtab, 0, sizeof(*vtab));
+	vtab->conn = pAux;
+	vtab->conn->nRef++;
+	*ppVtab = &vtab->base;
+	return SQLITE_OK;
+}
+
+static int
+statsDisconnect(sqlite3_vtab *pVtab)
+{
+	fenceConnRelease(((StatsVtab *) pVtab)->conn);
+	sqlite3_free(pVtab);
+	return SQLITE_OK;
+}
+
+static int
+statsBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
+{
+	(void) pVtab;
+	info->estimatedCost = 100.0;
+	info->estimatedRows = 100;
+	return SQLITE_OK;
+}
+
+static int
+statsOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+{
+	StatsCursor *cur = sqlite3_malloc(sizeof(*cur));
+
+	(void) pVtab;
+	if (cur == NULL)
+		return SQLITE_NOMEM;
+	memset(cur, 0, sizeof(*cur));
+	*ppCursor = &cur->base;
+	return SQLITE_OK;
+}
+
+static int
+statsClose(sqlite3_vtab_cursor *cur)
+{
+	sqlite3_free(cur);
+	return SQLITE_OK;
+}
+
+/* Skip resources with neither an accept nor a rejection (a failed call's slot). */
+static void
+statsSettle(StatsCursor *cur)
+{
+	struct FenceStats *s = statsConn(&cur->base)->pStats;
+
+	while (cur->i < cur->nEnd && s->a[cur->i].accepted == 0 && s->a[cur->i].rejected == 0)
+		cur->i++;
+}
+
+static int
+statsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
+			int argc, sqlite3_value **argv)
+{
+	StatsCursor *cur = (StatsCursor *) pCur;
+	struct FenceStats *s = statsConn(pCur)->pStats;
+
+	(void) idxNum;
+	(void) idxStr;
+	(void) argc;
+	(void) argv;
+	cur->i = 0;
+	/* a scan that takes fences adds resources: it stops where it began */
+	cur->nEnd = s ? s->nEntry : 0;
+	statsSettle(cur);
+	return SQLITE_OK;
+}
+
+static int
+statsNext(sqlite3_vtab_cursor *pCur)
+{
+	StatsCursor *cur = (StatsCursor *) pCur;
+
+	cur->i++;
+	statsSettle(cur);
+	return SQLITE_OK;
+}
+
+static int
+statsEof(sqlite3_vtab_cursor *pCur)
+{
+	return ((StatsCursor *) pCur)->i >= ((StatsCursor *) pCur)->nEnd;
+}
+
+static int
+statsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
+{
+	FenceStatEntry *e = &statsConn(pCur)->pStats->a[((StatsCursor *) pCur)->i];
+	char		buf[40];
+
+	switch (col)
+	{
+		case 0:
+			sqlite3_result_text(ctx, e->resource, e->n, SQLITE_TRANSIENT);
+			break;
+		case 1:
+			sqlite3_result_int64(ctx, e->accepted);
+			break;
+		case 2:
+			sqlite3_result_int64(ctx, e->rejected);
+			break;
+		case 3:
+			if (e->rejected)
+				sqlite3_result_int64(ctx, e->lastToken);
+			break;
+		default:
+			if (e->rejected)
+			{
+				statsFormatTime(e->lastAtMs, buf, (int) sizeof(buf));
+				sqlite3_result_text(ctx, buf, -1, SQLITE_TRANSIENT);
+			}
+			break;
+	}
+	return SQLITE_OK;
+}
+
+static int
+statsRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+{
+	*pRowid = ((StatsCursor *) pCur)->i;
+	return SQLITE_OK;
+}
+
+static const sqlite3_module statsModule = {
+	1,							/* iVersion */
+	NULL,						/* xCreate: eponymous only */
+	statsConnect,
+	statsBestIndex,
+	statsDisconnect,
+	NULL,						/* xDestroy */
+	statsOpen,
+	statsClose,
+	statsFilter,
+	statsNext,
+	statsEof,
+	statsColumn,
+	statsRowid,
+	NULL,						/* xUpdate: read-only */
+	NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+};
+
+int
+fenceStatsRegister(sqlite3 *db, FenceConn *conn)
+{
+	return sqlite3_create_module_v2(db, "fence_stats", &statsModule, conn, NULL);
+}
