@@ -87,6 +87,7 @@ def load(path):
 
 class Report:
     def __init__(self, path):
+        self.path = path
         (self.info, self.pg, self.pgwal, self.sq, self.sqmem,
          self.pgmem, self.bulk) = load(path)
         self.out = []
@@ -361,8 +362,104 @@ class Report:
         self.bulk_tables()
         self.sqlite_table()
         self.memory()
+        lease = lease_markdown(self.path)
+        if lease:
+            self.out.extend(lease.rstrip("\n").split("\n"))
+            self.w()
         self.w(END)
         return "\n".join(self.out) + "\n"
+
+
+# -- leases (bench/lease_bench.py) -----------------------------------------
+
+LEASE_STORES = [
+    ("pg-fsync", "PostgreSQL, fsync=on"),
+    ("pg-nofsync", "PostgreSQL, fsync=off"),
+    ("sqlite-full", "SQLite WAL, synchronous=FULL"),
+    ("sqlite-normal", "SQLite WAL, synchronous=NORMAL"),
+]
+
+
+def load_lease(path):
+    """bench/lease_bench.py's rows: info, {(op, lock, store): fields}, checks"""
+    info, cells, checks = {}, {}, []
+    with open(path) as f:
+        for line in f:
+            p = line.rstrip("\n").split("\t")
+            if p[0] == "info" and p[1].startswith("lease_"):
+                info[p[1]] = p[2] if len(p) > 2 else ""
+            elif p[0] == "lease" and len(p) == 13:
+                num = lambda x: None if x in ("NA", "") else float(x)
+                cells[(p[1], p[2], p[3])] = {
+                    "n": int(p[4]), "per_s": num(p[5]), "p50": num(p[6]), "p95": num(p[7]),
+                    "p99": num(p[8]), "steps": (num(p[9]), num(p[10]), num(p[11])), "label": p[12]}
+            elif p[0] == "leasecheck" and len(p) >= 3:
+                checks.append((p[1], p[2], p[3] if len(p) > 3 else ""))
+    return info, cells, checks
+
+
+def lease_markdown(path):
+    info, cells, checks = load_lease(path)
+    if not cells:
+        return ""
+    out = []
+    w = out.append
+    ms = lambda x: "n/a" if x is None else f"{x:.2f}"
+    ratio = lambda a, b: "n/a" if not a or not b else f"{a / b:.2f}"
+    w("### Leases: the database's own lease against etcd's, same run")
+    w("")
+    w(f"`{info.get('lease_command', '?')}` ({info.get('lease_mode', '?')}, "
+      f"{info.get('lease_rounds', '?')} interleaved rounds of {info.get('lease_per_round', '?')} per cell, "
+      f"{info.get('lease_seconds', '?')} s; load average at start {info.get('lease_loadavg', '?')}). "
+      f"etcd {info.get('lease_etcd', '?')}; {info.get('lease_pg', '?')}; "
+      f"SQLite {info.get('lease_sqlite', '?')}. One client, one connection each, loopback; "
+      "latencies in ms, calls per second = calls / time in them.")
+    w("")
+    w("Acquire + first fenced write + release (etcd: LeaseGrant, put-if-absent Txn for the "
+      "mod_revision, the write, LeaseRevoke; fence: fence_acquire, fence_check and the UPDATE "
+      "in one transaction, fence_release). The write is `BEGIN; fence_check; UPDATE; COMMIT` "
+      "into the same store in both. Ratio: in-database over etcd, cycles per second.")
+    w("")
+    w("| store | lease | cycles/s | p50 | p95 | p99 | p50 of acquire / write / release | in-database / etcd |")
+    w("|---|---|---|---|---|---|---|---|")
+    for store, label in LEASE_STORES:
+        e, f = cells.get(("cycle", "etcd", store)), cells.get(("cycle", "fence", store))
+        for lock, c in (("etcd", e), ("fence (in the database)", f)):
+            if c is None:
+                continue
+            st = " / ".join(ms(x) for x in c["steps"])
+            r = f"**{ratio(f['per_s'], e['per_s'])}**" if c is f and e else ""
+            w(f"| {label} | {lock} | {c['per_s']:,.0f} | {ms(c['p50'])} | {ms(c['p95'])} | "
+              f"{ms(c['p99'])} | {st} | {r} |")
+    w("")
+    es, ec = cells.get(("renew", "etcd-stream", "-")), cells.get(("renew", "etcd-call", "-"))
+    w("Renew, back to back on one lease (etcd: LeaseKeepAlive, which etcd answers from memory "
+      "without a WAL write; fence: `fence_renew` in autocommit, flushed to the WAL before it "
+      "returns). Ratios: in-database over etcd's long-lived stream, and over python-etcd3's "
+      "`refresh()` (a stream per call).")
+    w("")
+    w("| lease | renews/s | p50 | p95 | p99 | / etcd stream | / etcd refresh() |")
+    w("|---|---|---|---|---|---|---|")
+    for key, label in [(("renew", "etcd-stream", "-"), "etcd LeaseKeepAlive, one long-lived stream"),
+                       (("renew", "etcd-call", "-"), "etcd, python-etcd3 refresh() (a stream per call)")] + \
+            [(("renew", "fence", s), f"fence_renew, {l}") for s, l in LEASE_STORES]:
+        c = cells.get(key)
+        if c is None:
+            continue
+        r1 = ratio(c["per_s"], es["per_s"]) if key[1] == "fence" and es else ""
+        r2 = ratio(c["per_s"], ec["per_s"]) if key[1] == "fence" and ec else ""
+        w(f"| {label} | {c['per_s']:,.0f} | {ms(c['p50'])} | {ms(c['p95'])} | {ms(c['p99'])} | "
+          f"{r1} | {r2} |")
+    w("")
+    bad = [c for c in checks if c[0] != "ok"]
+    if bad:
+        w("**What committed did not check out:** " + "; ".join(f"{what} ({d})" for _, what, d in bad))
+    else:
+        w(f"What committed was checked after the run ({len(checks)} checks, all held): every grant "
+          "above the previous, every write committed with its token, fence_current the last token, "
+          "every lock free at the end.")
+    w("")
+    return "\n".join(out) + "\n"
 
 
 def splice(doc_path, md_path):

@@ -12,6 +12,10 @@
 #               synchronous=NORMAL)
 #   memory      a PostgreSQL backend's peak RSS over many fenced writes, and
 #               sqlite3_memory_used() over many fenced transactions
+#   lease       the database's own lease (fence_acquire, fence_renew,
+#               fence_release) against a real etcd lease on loopback:
+#               bench/lease_bench.py, with its own etcd, clusters (fsync on
+#               and off) and SQLite files, interleaved within its own run
 # Raw results go to bench/results/raw.tsv; bench/report.py turns them into
 # tables. The full run rewrites the generated part of BENCHMARKS.md (between
 # its two "bench/run.sh" markers); --quick, the smoke form (under a minute),
@@ -23,9 +27,10 @@
 # Knobs (environment): BENCH_RUNS, BENCH_SECONDS (PostgreSQL seconds per
 # cell), BENCH_SQLITE_RUNS, BENCH_SQLITE_SCALE, BENCH_MEM_WRITES,
 # BENCH_SQLITE_MEM_TXNS, BENCH_BULK_ROWS (the sizes of the PostgreSQL bulk
-# cells), BENCH_BULK_RUNS, and BENCH_PARTS (a subset of "sqlite pg bulk
-# mem"; a full run of fewer parts writes bench/results/report.md only and
-# leaves BENCHMARKS.md alone).
+# cells), BENCH_BULK_RUNS, BENCH_LEASE_ROUNDS and BENCH_LEASE_SECONDS (the
+# lease part's rounds and seconds per cell per round), and BENCH_PARTS (a
+# subset of "sqlite pg bulk mem lease"; a full run of fewer parts writes
+# bench/results/report.md only and leaves BENCHMARKS.md alone).
 #
 # The before/after comparison of two builds of the PostgreSQL fence is a
 # script of its own: bench/pg_before_after.sh.
@@ -54,6 +59,8 @@ if [ $QUICK -eq 1 ]; then
 	MODES="one"
 	BULK_ROWS=${BENCH_BULK_ROWS:-20000}
 	BULK_RUNS=${BENCH_BULK_RUNS:-2}
+	LEASE_ROUNDS=${BENCH_LEASE_ROUNDS:-2}
+	LEASE_SECONDS=${BENCH_LEASE_SECONDS:-0.6}	# unused: --quick counts calls
 else
 	RUNS=${BENCH_RUNS:-5}
 	SECONDS_PER_CELL=${BENCH_SECONDS:-3}
@@ -65,11 +72,13 @@ else
 	MODES="one own"
 	BULK_ROWS=${BENCH_BULK_ROWS:-100000 1000000}
 	BULK_RUNS=${BENCH_BULK_RUNS:-3}
+	LEASE_ROUNDS=${BENCH_LEASE_ROUNDS:-8}
+	LEASE_SECONDS=${BENCH_LEASE_SECONDS:-0.6}
 fi
-PARTS=${BENCH_PARTS:-sqlite pg bulk mem}
+PARTS=${BENCH_PARTS:-sqlite pg bulk mem lease}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 ALL_PARTS=1
-for p in sqlite pg bulk mem; do part $p || ALL_PARTS=0; done
+for p in sqlite pg bulk mem lease; do part $p || ALL_PARTS=0; done
 
 if [ -n "${MAKELEVEL:-}" ]; then
 	COMMAND="make bench$([ $QUICK -eq 1 ] && echo -quick)"
@@ -77,7 +86,8 @@ else
 	COMMAND="bash bench/run.sh$([ $QUICK -eq 1 ] && echo ' --quick')"
 fi
 for knob in BENCH_RUNS BENCH_SECONDS BENCH_SQLITE_RUNS BENCH_SQLITE_SCALE \
-	BENCH_MEM_WRITES BENCH_SQLITE_MEM_TXNS BENCH_BULK_ROWS BENCH_BULK_RUNS BENCH_PARTS; do
+	BENCH_MEM_WRITES BENCH_SQLITE_MEM_TXNS BENCH_BULK_ROWS BENCH_BULK_RUNS \
+	BENCH_LEASE_ROUNDS BENCH_LEASE_SECONDS BENCH_PARTS; do
 	[ -n "${!knob:-}" ] && COMMAND="$knob='${!knob}' $COMMAND"
 done
 
@@ -350,6 +360,24 @@ if part bulk; then
 			say "bulk $n rows: run $run of $BULK_RUNS done ($(($(date +%s) - STARTED)) s)"
 		done
 	done
+fi
+
+# ---------------------------------------------------------------------------
+# Leases: bench/lease_bench.py starts its own etcd, two clusters (fsync on
+# and off; run.sh's own cluster above is CPU-bound and not used) and SQLite
+# files, and interleaves its cells within its own run. It appends its rows
+# (info lease_*, lease, leasecheck) to the raw file; report.py renders them.
+# It checks what committed and fails the part when that does not hold.
+# ---------------------------------------------------------------------------
+if part lease; then
+	say "leases: the database's own against etcd, $LEASE_ROUNDS interleaved rounds"
+	if [ $QUICK -eq 1 ]; then
+		lease_args=(--quick --rounds "$LEASE_ROUNDS")
+	else
+		lease_args=(--rounds "$LEASE_ROUNDS" --seconds "$LEASE_SECONDS")
+	fi
+	"$PYTHON" bench/lease_bench.py "${lease_args[@]}" --raw "$RAW" --no-report >>"$LOG" 2>&1 ||
+		{ say "the lease benchmark failed (see $LOG)"; exit 1; }
 fi
 
 record info seconds "$(($(date +%s) - STARTED))"
