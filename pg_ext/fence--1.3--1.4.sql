@@ -28,6 +28,42 @@ CREATE TYPE fence_lease_holder (
 );
 -- read it as text: holder = 'worker-1' and holder::text both work
 CREATE CAST (fence_lease_holder AS text) WITH INOUT AS IMPLICIT;
+-- and sort, group and compare it by its bytes (the "C" collation's order)
+CREATE FUNCTION fence_lease_holder_cmp(fence_lease_holder, fence_lease_holder) RETURNS integer
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION fence_lease_holder_eq(fence_lease_holder, fence_lease_holder) RETURNS boolean
+	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION fence_lease_holder_ne(fence_lease_holder, fence_lease_holder) RETURNS boolean
+	AS 'SELECT NOT fence_lease_holder_eq($1, $2)' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION fence_lease_holder_lt(fence_lease_holder, fence_lease_holder) RETURNS boolean
+	AS 'SELECT fence_lease_holder_cmp($1, $2) < 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION fence_lease_holder_le(fence_lease_holder, fence_lease_holder) RETURNS boolean
+	AS 'SELECT fence_lease_holder_cmp($1, $2) <= 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION fence_lease_holder_gt(fence_lease_holder, fence_lease_holder) RETURNS boolean
+	AS 'SELECT fence_lease_holder_cmp($1, $2) > 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+CREATE FUNCTION fence_lease_holder_ge(fence_lease_holder, fence_lease_holder) RETURNS boolean
+	AS 'SELECT fence_lease_holder_cmp($1, $2) >= 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+CREATE OPERATOR = (LEFTARG = fence_lease_holder, RIGHTARG = fence_lease_holder,
+	FUNCTION = fence_lease_holder_eq, COMMUTATOR = =, NEGATOR = <>,
+	RESTRICT = eqsel, JOIN = eqjoinsel, MERGES);
+CREATE OPERATOR <> (LEFTARG = fence_lease_holder, RIGHTARG = fence_lease_holder,
+	FUNCTION = fence_lease_holder_ne, COMMUTATOR = <>, NEGATOR = =,
+	RESTRICT = neqsel, JOIN = neqjoinsel);
+CREATE OPERATOR < (LEFTARG = fence_lease_holder, RIGHTARG = fence_lease_holder,
+	FUNCTION = fence_lease_holder_lt, COMMUTATOR = >, NEGATOR = >=,
+	RESTRICT = scalarltsel, JOIN = scalarltjoinsel);
+CREATE OPERATOR <= (LEFTARG = fence_lease_holder, RIGHTARG = fence_lease_holder,
+	FUNCTION = fence_lease_holder_le, COMMUTATOR = >=, NEGATOR = >,
+	RESTRICT = scalarlesel, JOIN = scalarlejoinsel);
+CREATE OPERATOR > (LEFTARG = fence_lease_holder, RIGHTARG = fence_lease_holder,
+	FUNCTION = fence_lease_holder_gt, COMMUTATOR = <, NEGATOR = <=,
+	RESTRICT = scalargtsel, JOIN = scalargtjoinsel);
+CREATE OPERATOR >= (LEFTARG = fence_lease_holder, RIGHTARG = fence_lease_holder,
+	FUNCTION = fence_lease_holder_ge, COMMUTATOR = <=, NEGATOR = <,
+	RESTRICT = scalargesel, JOIN = scalargejoinsel);
+CREATE OPERATOR CLASS fence_lease_holder_ops DEFAULT FOR TYPE fence_lease_holder USING btree AS
+	OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >,
+	FUNCTION 1 fence_lease_holder_cmp(fence_lease_holder, fence_lease_holder);
 
 -- One row per resource ever leased; the row's token is the highest ever
 -- granted for it. Written only by fence's C code, in place and at once

@@ -605,3 +605,30 @@ fence_lease_holder_send(PG_FUNCTION_ARGS)
 	pq_sendtext(&buf, holder->data, holder->len);
 	PG_RETURN_BYTEA_P(pq_endtypsend(&buf));
 }
+
+/*
+ * Comparison, so that fence_leases can be sorted, grouped and joined by
+ * holder: the bytes of the text (as the "C" collation orders text).
+ */
+PG_FUNCTION_INFO_V1(fence_lease_holder_cmp);
+Datum
+fence_lease_holder_cmp(PG_FUNCTION_ARGS)
+{
+	FenceHolder *a = (FenceHolder *) PG_GETARG_POINTER(0);
+	FenceHolder *b = (FenceHolder *) PG_GETARG_POINTER(1);
+	int			c = memcmp(a->data, b->data, Min(a->len, b->len));
+
+	if (c == 0)
+		c = a->len < b->len ? -1 : a->len > b->len ? 1 : 0;
+	PG_RETURN_INT32(c < 0 ? -1 : c > 0 ? 1 : 0);
+}
+
+PG_FUNCTION_INFO_V1(fence_lease_holder_eq);
+Datum
+fence_lease_holder_eq(PG_FUNCTION_ARGS)
+{
+	FenceHolder *a = (FenceHolder *) PG_GETARG_POINTER(0);
+	FenceHolder *b = (FenceHolder *) PG_GETARG_POINTER(1);
+
+	PG_RETURN_BOOL(same_holder(a, b));
+}

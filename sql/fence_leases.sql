@@ -145,5 +145,10 @@ SELECT fence_acquire('ls:i', 'w1', 60000);
 DROP INDEX ls_extra;
 SELECT fence_acquire('ls:i', 'w1', 60000) AS granted;
 
+-- holder sorts, groups and compares like text in the "C" collation
+SELECT holder, count(*) FROM fence_leases WHERE resource LIKE 'ls:%' AND octet_length(holder::text) < 10
+	GROUP BY holder ORDER BY holder;
+SELECT DISTINCT holder FROM fence_leases WHERE holder IN ('w1', 'w2', 'app') ORDER BY holder DESC;
+SELECT 'W1'::fence_lease_holder < 'w1', 'w1'::fence_lease_holder = 'w1', 'w1'::fence_lease_holder <> 'w10';
 DROP VIEW ls_state;
 DELETE FROM fence_leases WHERE resource LIKE 'ls:%';
