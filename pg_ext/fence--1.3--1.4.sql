@@ -28,21 +28,23 @@ CREATE TYPE fence_lease_holder (
 );
 -- read it as text: holder = 'worker-1' and holder::text both work
 CREATE CAST (fence_lease_holder AS text) WITH INOUT AS IMPLICIT;
--- and sort, group and compare it by its bytes (the "C" collation's order)
+-- and sort, group and compare it by its bytes (the "C" collation's order);
+-- the SQL wrappers name what they call by schema, whatever the caller's
+-- search_path
 CREATE FUNCTION fence_lease_holder_cmp(fence_lease_holder, fence_lease_holder) RETURNS integer
 	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION fence_lease_holder_eq(fence_lease_holder, fence_lease_holder) RETURNS boolean
 	AS 'MODULE_PATHNAME' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION fence_lease_holder_ne(fence_lease_holder, fence_lease_holder) RETURNS boolean
-	AS 'SELECT NOT fence_lease_holder_eq($1, $2)' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+	AS 'SELECT NOT @extschema@.fence_lease_holder_eq($1, $2)' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION fence_lease_holder_lt(fence_lease_holder, fence_lease_holder) RETURNS boolean
-	AS 'SELECT fence_lease_holder_cmp($1, $2) < 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+	AS 'SELECT @extschema@.fence_lease_holder_cmp($1, $2) OPERATOR(pg_catalog.<) 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION fence_lease_holder_le(fence_lease_holder, fence_lease_holder) RETURNS boolean
-	AS 'SELECT fence_lease_holder_cmp($1, $2) <= 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+	AS 'SELECT @extschema@.fence_lease_holder_cmp($1, $2) OPERATOR(pg_catalog.<=) 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION fence_lease_holder_gt(fence_lease_holder, fence_lease_holder) RETURNS boolean
-	AS 'SELECT fence_lease_holder_cmp($1, $2) > 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+	AS 'SELECT @extschema@.fence_lease_holder_cmp($1, $2) OPERATOR(pg_catalog.>) 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
 CREATE FUNCTION fence_lease_holder_ge(fence_lease_holder, fence_lease_holder) RETURNS boolean
-	AS 'SELECT fence_lease_holder_cmp($1, $2) >= 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
+	AS 'SELECT @extschema@.fence_lease_holder_cmp($1, $2) OPERATOR(pg_catalog.>=) 0' LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE;
 CREATE OPERATOR = (LEFTARG = fence_lease_holder, RIGHTARG = fence_lease_holder,
 	FUNCTION = fence_lease_holder_eq, COMMUTATOR = =, NEGATOR = <>,
 	RESTRICT = eqsel, JOIN = eqjoinsel, MERGES);
