@@ -15,15 +15,21 @@ or a VM migration). A's lease expires; B and C take the lease in turn
 it still holds the lease and writes the value it computed before the pause,
 with token 33. D goes last.
 
-The scenario runs twice, with the same clients and the same SQL:
+The scenario runs three times, with the same clients and the same SQL:
 
   fence off  the table is not protected: A's write lands over B's and C's,
              the counter shows fewer increments than were acknowledged
              (a lost update);
   fence on   SELECT fence_protect('counter', 'token', 'counter'): A's write
-             is refused with the stale-token error and the counter is right.
+             is refused with the stale-token error and the counter is right;
+  own lease  no lock service at all: each client takes the lease from the
+             database itself, fence_acquire('counter', name, 1000) on the
+             same SQLite file, calls fence_check with the token right after,
+             and ends with fence_release. The lease expires on the
+             database's clock while A is frozen, B gets a greater token, and
+             A's write is refused just the same.
 
-Exit status 0 when both runs behave so, 1 otherwise.
+Exit status 0 when all three runs behave so, 1 otherwise.
 
 How to run it:
 
@@ -136,7 +142,32 @@ def die_with_parent():
         pass
 
 
-def client_main(name, db_path, conn, inherited):
+def db_now_ms(db):
+    """The database's clock, as fence_acquire reads it (ms since the epoch)."""
+    return db.execute("SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)").fetchone()[0]
+
+
+def acquire_own(name, db, conn):
+    """The database's own lease: (token, expires) or None when told to quit."""
+    while True:
+        asked = time.monotonic()
+        token = db.execute("SELECT fence_acquire(?, ?, ?)",
+                           (RESOURCE, name, int(TTL * 1000))).fetchone()[0]
+        if token is not None:
+            # the advice: fence at once, so every older holder is refused from now on
+            db.execute("SELECT fence_check(?, ?)", (RESOURCE, token))
+            conn.send(("note", f"fence_acquire -> token {token}; fence_check at {token} right after"))
+            return token, asked + TTL
+        holder, until = db.execute("SELECT holder, expires_at FROM fence_leases WHERE resource = ?",
+                                   (RESOURCE,)).fetchone()
+        left = max(0.0, (until - db_now_ms(db)) / 1000.0)
+        conn.send(("note", f"fence_acquire -> NULL: {holder} holds the lease for {left:.2f}s "
+                           f"more on the database's clock; {name} waits"))
+        if conn.poll(left + RETRY_MARGIN):
+            return None
+
+
+def client_main(name, db_path, conn, inherited, own_lease=False):
     """One client process: on each "go", one lease-guarded increment."""
     die_with_parent()
     # Ctrl-C reaches the whole process group; the parent alone cleans up.
@@ -155,7 +186,13 @@ def client_main(name, db_path, conn, inherited):
         while conn.recv()[0] == "go":
             # The client measures its lease from before it asked, on its own
             # clock, as lease clients must: it can only err on the safe side.
-            while True:
+            while own_lease:
+                got = acquire_own(name, db, conn)
+                if got is None:
+                    return
+                token, expires = got
+                break
+            while not own_lease:
                 asked = time.monotonic()
                 conn.send(("acquire",))
                 reply = conn.recv()
@@ -187,7 +224,13 @@ def client_main(name, db_path, conn, inherited):
                 conn.send(("refused", n + 1, token, str(e)))
             except sqlite3.Error as e:
                 conn.send(("error", n + 1, token, f"{type(e).__name__}: {e}"))
-            conn.send(("release", token))
+            if own_lease:
+                released = db.execute("SELECT fence_release(?, ?, ?)",
+                                      (RESOURCE, name, token)).fetchone()[0]
+                conn.send(("note", f"fence_release -> {released}" +
+                           ("" if released else ": that lease is no longer live")))
+            else:
+                conn.send(("release", token))
             conn.send(("done",))
     except (EOFError, OSError):
         pass  # the parent is gone
@@ -207,8 +250,10 @@ def process_state(pid):
 class Run:
     """One run of the scenario on a fresh database, with the fence off or on."""
 
-    def __init__(self, fence_on):
+    def __init__(self, fence_on, own_lease=False):
         self.fence_on = fence_on
+        self.own_lease = own_lease
+        self.timeline = None
         self.tmp = tempfile.TemporaryDirectory(prefix="fence-demo-")
         self.db_path = os.path.join(self.tmp.name, "counter.db")
         self.procs, self.pipes = {}, {}
@@ -234,7 +279,8 @@ class Run:
         for name, (parent_end, child_end) in ends.items():
             inherited = [end for end in every_end if end is not child_end]
             p = ctx.Process(target=client_main, name=f"client-{name}",
-                            args=(name, self.db_path, child_end, inherited), daemon=True)
+                            args=(name, self.db_path, child_end, inherited, self.own_lease),
+                            daemon=True)
             p.start()
             self.procs[name], self.pipes[name] = p, parent_end
         for _, child_end in ends.values():
@@ -259,7 +305,9 @@ class Run:
             else:
                 service.tick()
                 continue
-            if msg[0] == "acquire":
+            if msg[0] == "note":  # a lease call the client made on the database itself
+                self.timeline.say(name, msg[1])
+            elif msg[0] == "acquire":
                 conn.send(service.acquire(name))
             elif msg[0] == "release":
                 service.release(name, msg[1])
@@ -316,8 +364,8 @@ class Run:
 
     def scenario(self):
         """Returns (acknowledged increments, zombie outcome, zombie message, final counter)."""
-        timeline = Timeline()
-        service = LockService(timeline)
+        timeline = self.timeline = Timeline()
+        service = None if self.own_lease else LockService(timeline)
         acknowledged = 0
         a = self.procs["A"].pid
 
@@ -369,8 +417,11 @@ class Run:
             conn.close()
 
     def __call__(self):
-        label = "fence on" if self.fence_on else "fence off"
-        if self.fence_on:
+        label = "own lease" if self.own_lease else "fence on" if self.fence_on else "fence off"
+        if self.own_lease:
+            heading = ("fence ON, no lock service: fence_acquire on the SQLite file itself, "
+                       "fence_check right after")
+        elif self.fence_on:
             heading = ("fence ON: SELECT fence_protect('counter', 'token', 'counter'); "
                        "every write sets the token column")
         else:
@@ -425,12 +476,14 @@ def main():
         off = Run(fence_on=False)()
         print(flush=True)  # before the next fork, or the children repeat it
         on = Run(fence_on=True)()
+        print(flush=True)
+        own = Run(fence_on=True, own_lease=True)()
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 1
-    print(f"\nboth runs as expected ({time.monotonic() - began:.1f}s)" if off and on
+    print(f"\nall three runs as expected ({time.monotonic() - began:.1f}s)" if off and on and own
           else "\nat least one run did not behave as expected")
-    return 0 if off and on else 1
+    return 0 if off and on and own else 1
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ fi
 step "packaging: licence, META.json, make install, make dist" bash tests/packaging.sh
 demo_check() {	# make demo must keep telling its story: exit 0 only if both runs do
 	"$PYTHON" demo/zombie_lease.py >/dev/null
-	report $? "make demo: the zombie's write lands with the fence off and is refused with it on"
+	report $? "make demo: the zombie's write lands with the fence off and is refused with it on, also under the database's own lease"
 }
 step "demo" demo_check
 if [ -x tests/lockservice/run.sh ]; then
