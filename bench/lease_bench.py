@@ -50,7 +50,9 @@ the cell order rotating by one each round, so that the etcd and the
 in-database cells alternate and the machine's drift falls on all alike.
 Per cell: calls per second (calls over the time spent in them: one client,
 so 1 / mean latency) and latency percentiles p50/p95/p99 (nearest rank
-over every timed call); for cycles also the p50 of each step.
+over every timed call); for cycles also the p50 of each step; and the
+calls per second of each round, so that a ratio's spread can be given
+(lowest and highest per-round ratio, paired within a round).
 
 What committed is checked, not only what was answered (a failed check is
 a "leasecheck ... FAIL" row and exit status 1): every grant's token is
@@ -365,6 +367,7 @@ class Cell:
         self.op, self.lock, self.store_name, self.label = op, lock, store_name, label
         self.name = "%s/%s/%s" % (op, lock, store_name)
         self.lat = []           # ns per timed call
+        self.rounds = []        # (calls, ns in them) per timed round
         self.steps = []         # (acquire, write, release) ns per timed cycle
         self.last_token = None
         self.calls = 0          # every call, warm-up included
@@ -494,6 +497,7 @@ def run_batch(cell, count=None, seconds=None, timed=True):
     """count calls, or calls for seconds; latencies kept when timed."""
     deadline = time.perf_counter_ns() + int((seconds or 0) * 1e9)
     done = 0
+    first = len(cell.lat)
     while (done < count) if count is not None else (time.perf_counter_ns() < deadline):
         token, t0, ends = cell.run_one()
         cell.calls += 1
@@ -506,6 +510,8 @@ def run_batch(cell, count=None, seconds=None, timed=True):
             cell.lat.append(ends[-1] - t0)
             if len(ends) == 3:
                 cell.steps.append((ends[0] - t0, ends[1] - ends[0], ends[2] - ends[1]))
+    if timed:
+        cell.rounds.append((len(cell.lat) - first, sum(cell.lat[first:])))
 
 
 def pct(sorted_ns, p):
@@ -661,7 +667,8 @@ def main(argv):
         f = lambda x: "NA" if x is None else "%.3f" % x
         record("lease", cell.op, cell.lock, cell.store_name, len(lat), "%.1f" % per_s,
                f(pct(lat, 50)), f(pct(lat, 95)), f(pct(lat, 99)),
-               f(pct(st[0], 50)), f(pct(st[1], 50)), f(pct(st[2], 50)), cell.label)
+               f(pct(st[0], 50)), f(pct(st[1], 50)), f(pct(st[2], 50)), cell.label,
+               ",".join("%.1f" % (n / (ns / 1e9)) if ns else "NA" for n, ns in cell.rounds))
     checks = verify(cells, client, stores) if failed is None else [("FAIL", "the run ended", failed)]
     for status, what, detail in checks:
         record("leasecheck", status, what, detail)

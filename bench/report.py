@@ -388,11 +388,12 @@ def load_lease(path):
             p = line.rstrip("\n").split("\t")
             if p[0] == "info" and p[1].startswith("lease_"):
                 info[p[1]] = p[2] if len(p) > 2 else ""
-            elif p[0] == "lease" and len(p) == 13:
+            elif p[0] == "lease" and len(p) in (13, 14):
                 num = lambda x: None if x in ("NA", "") else float(x)
                 cells[(p[1], p[2], p[3])] = {
                     "n": int(p[4]), "per_s": num(p[5]), "p50": num(p[6]), "p95": num(p[7]),
-                    "p99": num(p[8]), "steps": (num(p[9]), num(p[10]), num(p[11])), "label": p[12]}
+                    "p99": num(p[8]), "steps": (num(p[9]), num(p[10]), num(p[11])), "label": p[12],
+                    "rounds": [num(x) for x in p[13].split(",")] if len(p) > 13 and p[13] else []}
             elif p[0] == "leasecheck" and len(p) >= 3:
                 checks.append((p[1], p[2], p[3] if len(p) > 3 else ""))
     return info, cells, checks
@@ -405,7 +406,15 @@ def lease_markdown(path):
     out = []
     w = out.append
     ms = lambda x: "n/a" if x is None else f"{x:.2f}"
-    ratio = lambda a, b: "n/a" if not a or not b else f"{a / b:.2f}"
+
+    def ratio(a, b):
+        """a's calls per second over b's, and the lowest-highest of the
+        per-round ratios (paired within a round)"""
+        if not a or not b or not a["per_s"] or not b["per_s"]:
+            return "n/a"
+        rs = [x / y for x, y in zip(a["rounds"], b["rounds"]) if x and y]
+        spread = f" ({min(rs):.2f}-{max(rs):.2f})" if len(rs) > 1 else ""
+        return f"{a['per_s'] / b['per_s']:.2f}{spread}"
     w("### Leases: the database's own lease against etcd's, same run")
     w("")
     w(f"`{info.get('lease_command', '?')}` ({info.get('lease_mode', '?')}, "
@@ -418,7 +427,8 @@ def lease_markdown(path):
     w("Acquire + first fenced write + release (etcd: LeaseGrant, put-if-absent Txn for the "
       "mod_revision, the write, LeaseRevoke; fence: fence_acquire, fence_check and the UPDATE "
       "in one transaction, fence_release). The write is `BEGIN; fence_check; UPDATE; COMMIT` "
-      "into the same store in both. Ratio: in-database over etcd, cycles per second.")
+      "into the same store in both. Ratio: in-database over etcd, cycles per second, with "
+      "the lowest and highest per-round ratio in brackets.")
     w("")
     w("| store | lease | cycles/s | p50 | p95 | p99 | p50 of acquire / write / release | in-database / etcd |")
     w("|---|---|---|---|---|---|---|---|")
@@ -428,7 +438,7 @@ def lease_markdown(path):
             if c is None:
                 continue
             st = " / ".join(ms(x) for x in c["steps"])
-            r = f"**{ratio(f['per_s'], e['per_s'])}**" if c is f and e else ""
+            r = f"**{ratio(f, e)}**" if c is f and e else ""
             w(f"| {label} | {lock} | {c['per_s']:,.0f} | {ms(c['p50'])} | {ms(c['p95'])} | "
               f"{ms(c['p99'])} | {st} | {r} |")
     w("")
@@ -436,7 +446,7 @@ def lease_markdown(path):
     w("Renew, back to back on one lease (etcd: LeaseKeepAlive, which etcd answers from memory "
       "without a WAL write; fence: `fence_renew` in autocommit, flushed to the WAL before it "
       "returns). Ratios: in-database over etcd's long-lived stream, and over python-etcd3's "
-      "`refresh()` (a stream per call).")
+      "`refresh()` (a stream per call), each with its lowest-highest per-round ratio.")
     w("")
     w("| lease | renews/s | p50 | p95 | p99 | / etcd stream | / etcd refresh() |")
     w("|---|---|---|---|---|---|---|")
@@ -446,8 +456,8 @@ def lease_markdown(path):
         c = cells.get(key)
         if c is None:
             continue
-        r1 = ratio(c["per_s"], es["per_s"]) if key[1] == "fence" and es else ""
-        r2 = ratio(c["per_s"], ec["per_s"]) if key[1] == "fence" and ec else ""
+        r1 = ratio(c, es) if key[1] == "fence" and es else ""
+        r2 = ratio(c, ec) if key[1] == "fence" and ec else ""
         w(f"| {label} | {c['per_s']:,.0f} | {ms(c['p50'])} | {ms(c['p95'])} | {ms(c['p99'])} | "
           f"{r1} | {r2} |")
     w("")
