@@ -25,8 +25,9 @@ returned:
   timeout (SQLITE_BUSY after it, nothing changed);
 - attacks: DIRECTONLY (a planted view or trigger cannot call them), a
   hand-made fence_leases is refused, TEMP and attached tables of the same
-  name are not used, an authorizer that blinds fence's reads or writes is
-  refused with nothing changed.
+  name are not used, an authorizer that blinds fence's reads or writes, or
+  a trigger on fence_leases that rewrites fence's write, is refused with
+  nothing changed.
 
 Usage: /usr/bin/python3 tests/sqlite_leases.py
 Prints "ok - ..." / "not ok - ..." per assertion.
@@ -369,6 +370,22 @@ def test_attacks(d):
        "TEMP and attached fence_leases tables are never read")
     c.execute("DETACH aux")
     c.execute("DROP TABLE temp.fence_leases")
+    c.close()
+
+    # a trigger of the application's on fence_leases that rewrites fence's row
+    pt = os.path.join(d, "trigger.db")
+    c = connect(pt)
+    one(c, "SELECT fence_acquire('r', 'a', 60000)")
+    c.execute("CREATE TRIGGER forge AFTER UPDATE ON fence_leases BEGIN "
+              "UPDATE fence_leases SET holder = 'evil', expires_at = 9000000000000 "
+              "WHERE resource = NEW.resource; END")
+    snap = leases(c)
+    errs = [raises(c, "SELECT fence_acquire('r', 'a', 60000)"),
+            raises(c, "SELECT fence_renew('r', 'a', 1, 60000)"),
+            raises(c, "SELECT fence_release('r', 'a', 1)")]
+    ok(all(e and "did not take effect as written" in e[0] for e in errs) and leases(c) == snap,
+       "a trigger on fence_leases that rewrites fence's write is caught by the read-back: "
+       "refused, nothing changed", errs)
     c.close()
 
     # a hand-made fence_leases is refused, not adopted
