@@ -10,7 +10,7 @@
 #           clang and its sanitizer runtime, PostgreSQL 15 and its server
 #           headers, psycopg, the sqlite3 shell, and the lock services of
 #           tests/lockservice and examples/ (etcd, ZooKeeper with its Java
-#           runtime, Redis) and their Python clients, and what
+#           runtime, Redis) and their Python clients, Patroni for tests/ha, and what
 #           dpkg-buildpackage needs for debian/.
 #
 # FENCE_DEPS_PRINT=1 prints the package list (one a line) instead of
@@ -56,6 +56,10 @@ if [ "$what" = check ]; then
 	has command -v gdb || need+=(gdb)
 	# tests/pg_pgbouncer.py: fence behind transaction pooling
 	has test -x /usr/sbin/pgbouncer || need+=(pgbouncer)
+	# tests/ha: Patroni (its etcd v2 DCS needs python3-etcd, which the
+	# package only recommends)
+	has command -v patroni || need+=(patroni)
+	pyhas etcd || need+=(python3-etcd)
 	# examples/ in C: libpq's headers and library
 	has test -e /usr/include/postgresql/libpq-fe.h || need+=(libpq-dev)
 	# tests/deb_packages.sh: dpkg-buildpackage with debhelper and pg_buildext

@@ -12,6 +12,7 @@ trap 'rm -f "$log"' EXIT
 	(cd /tmp && "$PYTHON" "$FENCE_ROOT/tests/pg_leases.py" --pauses 1000)
 	"$PYTHON" tests/sqlite_lease_workers.py --pauses 1000
 	[ -x tests/lockservice/run.sh ] && bash tests/lockservice/run.sh --stress
+	[ -x tests/ha/run.sh ] && bash tests/ha/run.sh --stress
 	[ -x tests/fuzz/run.sh ] && bash tests/fuzz/run.sh 300
 	[ -x tests/pg_valgrind.sh ] && bash tests/pg_valgrind.sh
 } 2>&1 | tee "$log"

@@ -654,6 +654,7 @@ class Service:
 
 class Etcd(Service):
     name = "etcd"
+    extra_args = ()     # tests/ha adds --enable-v2 (Patroni's etcd v2 DCS)
 
     def launch(self, attempt):
         import etcd3
@@ -665,7 +666,7 @@ class Etcd(Service):
             "--listen-client-urls", url(self.port), "--advertise-client-urls", url(self.port),
             "--listen-peer-urls", url(peer), "--initial-advertise-peer-urls", url(peer),
             "--initial-cluster", "fence-ls=" + url(peer), "--initial-cluster-state", "new",
-            "--heartbeat-interval", "20", "--election-timeout", "200"],
+            "--heartbeat-interval", "20", "--election-timeout", "200"] + list(self.extra_args),
             log=open(self.log, "ab"))
         c = etcd3.client(host="127.0.0.1", port=self.port, timeout=2)
         wait_until(lambda: c.status().leader is not None, STARTUP_TIMEOUT, "etcd", self.proc)
