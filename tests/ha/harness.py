@@ -2,9 +2,13 @@
 """tests/ha/harness.py: fence on a Patroni-managed PostgreSQL cluster, through
 failovers (issue 15, items 1-3).
 
-What it starts (everything on 127.0.0.1, free ports, in one temporary
-directory; everything stopped at the end, also on failure: try/finally,
-atexit, SIGTERM/SIGINT/SIGHUP handlers):
+What it starts (free ports, one temporary directory; everything stopped at
+the end, also on failure: try/finally, atexit, SIGTERM/SIGINT/SIGHUP
+handlers). Run as root, the whole run happens inside two network namespaces
+it makes and deletes itself: "a" holds n1 alone, "b" everything else
+(loopback inside b), joined by one veth pair with link-local addresses
+169.254.77.1-2; no traffic leaves them. Without root there is no partition
+and everything is on 127.0.0.1.
   - etcd (Debian etcd-server) as Patroni's DCS and as the writers' lock
     service (the tests/lockservice etcd, 1 s leases);
   - three Patroni (Debian patroni, etcd3 DCS) nodes n1..n3, each with its
@@ -27,7 +31,10 @@ atexit, SIGTERM/SIGINT/SIGHUP handlers):
     shut down under it) and connects again.
 
 Faults, each while the writers run:
-  synchronous_mode: true   switchover (Patroni REST API); kill -9 of the
+  synchronous_mode: true   a network partition of the primary n1 from etcd,
+                           the replicas and the writers (its veth down past
+                           the TTL, then up: it must have stopped being a
+                           primary, and rejoins); switchover (Patroni REST API); kill -9 of the
                            primary's postmaster (Patroni restarts it); kill -9
                            of the whole primary node (Patroni and every
                            PostgreSQL process: a failover after the TTL);
@@ -59,9 +66,14 @@ counted and printed; after the floor is raised, a zombie holding a token
 that the lost history had refused is refused again.
 
 Usage: /usr/bin/python3 tests/ha/harness.py [--stress] [--failovers N] [--keep]
-  default   make check: 2 switchover/failover in synchronous mode plus
-            the postmaster kill and the SIGSTOP, 1 asynchronous failover,
-            the floor procedure
+        [--plan partition,switchover,postmaster,node,sigstop] [--only sync,async,floor]
+        [--dcs etcd|etcd3] [--no-netns]
+  default   make check: in synchronous mode the partition, a switchover, the
+            postmaster kill, a node kill and a SIGSTOP (4 failovers), 1
+            asynchronous failover, the floor procedure (about 3 minutes)
+  --dcs etcd3  Patroni's etcd3 DCS instead of the v2 one: on Debian 12's
+            Patroni 3.0.2 the SIGSTOP run then loses acknowledged writes
+            (docs/replication.md)
   --stress  make stress: at least 50 failovers (switchovers, node kills,
             SIGSTOPs) in synchronous mode, then the asynchronous runs
 Output: "# " lines with every count, "ok - ha ..." / "not ok - ha ..." per
@@ -100,6 +112,11 @@ RESOURCES = 6
 # about TTL s after the primary's Patroni stopped renewing it.
 TTL, LOOP_WAIT, RETRY_TIMEOUT = 8, 1, 3
 TXN_DEADLINE = 5.0      # seconds a writer's transaction may take before it gives up
+
+
+# Set in a run inside network namespaces (run_in_namespaces): n1 alone in
+# namespace "a", everything else in "b", one veth pair between them.
+NET = {}
 
 
 def resource(rid):
@@ -280,6 +297,10 @@ class Node:
         self.data = os.path.join(self.dir, "data")
         self.pg_port = ls.free_port()
         self.api_port = ls.free_port()
+        # n1 lives alone in namespace a when the run has namespaces; the
+        # others, etcd and the writers share b
+        self.netns = NET["a"] if NET and name == "n1" else None
+        self.host = (NET["addr_a"] if self.netns else NET["addr_b"]) if NET else "127.0.0.1"
         self.cfg = os.path.join(self.dir, "patroni.yml")
         self.log = os.path.join(self.dir, "patroni.log")
         self.proc = None
@@ -290,12 +311,14 @@ class Node:
         c = self.cluster
         trust = ["local all all trust", "host all all 127.0.0.1/32 trust",
                  "host replication all 127.0.0.1/32 trust"]
+        if NET:
+            trust += ["host all all %s trust" % NET["net"], "host replication all %s trust" % NET["net"]]
         conf = {
             "scope": c.scope, "name": self.name,
             "log": {"level": "INFO"},
-            "restapi": {"listen": "127.0.0.1:%d" % self.api_port,
-                        "connect_address": "127.0.0.1:%d" % self.api_port},
-            c.dcs: {"hosts": ["127.0.0.1:%d" % c.etcd_port]},
+            "restapi": {"listen": "%s:%d" % (self.host, self.api_port),
+                        "connect_address": "%s:%d" % (self.host, self.api_port)},
+            c.dcs: {"hosts": ["%s:%d" % (c.etcd_host, c.etcd_port)]},
             "bootstrap": {
                 "dcs": {
                     "ttl": TTL, "loop_wait": LOOP_WAIT, "retry_timeout": RETRY_TIMEOUT,
@@ -311,8 +334,8 @@ class Node:
                 "pg_hba": trust,
             },
             "postgresql": {
-                "listen": "127.0.0.1:%d" % self.pg_port,
-                "connect_address": "127.0.0.1:%d" % self.pg_port,
+                "listen": "%s:%d" % (self.host, self.pg_port),
+                "connect_address": "%s:%d" % (self.host, self.pg_port),
                 "data_dir": self.data, "bin_dir": BINDIR,
                 "pgpass": os.path.join(self.dir, "pgpass"),
                 "authentication": {
@@ -335,12 +358,17 @@ class Node:
         logf = open(self.log, "ab")
         # no parent-death signal: Patroni must outlive nothing but the
         # harness, and the harness stops it (and its PostgreSQL) itself
-        self.proc = ls.CHILDREN.spawn("patroni " + self.name, ["patroni", self.cfg], log=logf,
-                                      pdeathsig="TERM", user="postgres", graceful=signal.SIGTERM,
+        argv, user = ["patroni", self.cfg], "postgres"
+        if self.netns and IS_ROOT:     # ip netns exec and setpriv each exec the next: one pid
+            argv = ["ip", "netns", "exec", self.netns, "setpriv", "--reuid", "postgres", "--regid",
+                    "postgres", "--init-groups", "--"] + argv
+            user = None
+        self.proc = ls.CHILDREN.spawn("patroni " + self.name, argv, log=logf,
+                                      pdeathsig="TERM", user=user, graceful=signal.SIGTERM,
                                       grace=40)
 
     def api(self, method="GET", path="/", body=None):
-        return http(method, "http://127.0.0.1:%d%s" % (self.api_port, path), body)
+        return http(method, "http://%s:%d%s" % (self.host, self.api_port, path), body)
 
     def postmaster_pid(self):
         try:
@@ -364,7 +392,7 @@ class Node:
 
     def connect(self, dbname=DB, **kw):
         import psycopg
-        return psycopg.connect(host="127.0.0.1", port=self.pg_port, user="postgres", dbname=dbname,
+        return psycopg.connect(host=self.host, port=self.pg_port, user="postgres", dbname=dbname,
                                autocommit=True, connect_timeout=3, **kw)
 
     def kill_node(self):
@@ -408,6 +436,7 @@ class HaCluster:
     def __init__(self, work, etcd_port, sync, install, dcs):
         self.work = work
         self.dcs = dcs
+        self.etcd_host = NET["addr_b"] if NET else "127.0.0.1"
         self.etcd_port = etcd_port
         self.sync = sync
         self.install = install
@@ -416,7 +445,7 @@ class HaCluster:
 
     def conninfo(self, dbname=DB):
         return ("host=%s port=%s dbname=%s user=postgres target_session_attrs=read-write"
-                % (",".join("127.0.0.1" for _ in self.nodes),
+                % (",".join(n.host for n in self.nodes),
                    ",".join(str(n.pg_port) for n in self.nodes), dbname))
 
     def node(self, name):
@@ -513,7 +542,7 @@ class Writers:
             path = os.path.join(work, "writer-%s-%d.events" % (tag, w))
             cfg = {"worker": w, "seed": random.randrange(1 << 30), "etcd_port": etcd_port,
                    "conninfo": "dbname=%s user=postgres target_session_attrs=read-write" % DB,
-                   "hosts": ["host=127.0.0.1 port=%d" % n.pg_port for n in cluster.nodes]}
+                   "hosts": ["host=%s port=%d" % (n.host, n.pg_port) for n in cluster.nodes]}
             out = open(path, "w")
             p = ls.CHILDREN.spawn("writer %d" % w, [PYTHON, os.path.abspath(__file__), "--writer",
                                                       json.dumps(cfg)],
@@ -656,11 +685,11 @@ class Faults:
                                                                    " (pg_rewind ran)" if rewound else ""))
         return lead
 
-    def switchover(self, writers, label):
+    def switchover(self, writers, label, candidate=None):
         lead = self.c.wait_healthy()
         ms = self.c.members()
         cands = [m["name"] for m in ms if m["role"] == ("sync_standby" if self.c.sync else "replica")]
-        cand = random.choice(cands)
+        cand = random.choice(cands) if candidate is None else candidate
         t0 = time.monotonic()
         status, body = lead.api("POST", "/switchover", {"leader": lead.name, "candidate": cand})
         if status != 200:
@@ -732,6 +761,68 @@ class Faults:
         return lead, new
 
 
+    def partition(self, writers, label):
+        """Cut n1 (alone in namespace a) off from etcd, the replicas and
+        the writers (all in namespace b): its veth goes down until a replica
+        has been promoted and writes go on there; then the link comes back
+        and n1 must rejoin as a replica."""
+        lead = self.c.wait_healthy()
+        if lead.name != "n1":       # the partition isolates n1: make it the primary first
+            sync = [m["name"] for m in self.c.members() if m["role"] == "sync_standby"]
+            if self.c.sync and sync != ["n1"]:
+                # in synchronous_mode only the sync standby may take over
+                self.rep.note("%s: no partition this time (n1 is not the primary or its sync standby)"
+                              % label)
+                return None, None
+            self.switchover(writers, label, candidate="n1")
+            lead = self.c.wait_healthy()
+        t0 = time.monotonic()
+        netns_link(NET["a"], NET["veth_a"], "down")
+        try:
+            new = self.c.wait_healthy(timeout=120, exclude=(lead.name,))
+            wait_progress(writers, 5, 90, "writes on the new primary while n1 is cut off")
+            took = time.monotonic() - t0
+            # the old primary's Patroni cannot renew the leader key: it must
+            # have stopped being a primary (seen from inside its namespace)
+            # (Patroni demotes it: "shutting down", "starting up" on the way)
+            deadline = time.monotonic() + 30
+            role = netns_psql(lead, "SELECT pg_is_in_recovery()")
+            while role not in ("t", "down", "shutting down") and time.monotonic() < deadline:
+                time.sleep(0.5)
+                role = netns_psql(lead, "SELECT pg_is_in_recovery()")
+        finally:
+            netns_link(NET["a"], NET["veth_a"], "up")
+        self.failovers += 1
+        self.counts["partition"] += 1
+        self.rep.note("%s: n1 cut off from etcd, replicas and writers (veth down); %s promoted, writers "
+                      "going again in %.1f s; n1 while cut off: %s" % (label, new.name, took, role))
+        self.rep.ok(role in ("t", "down", "shutting down"), "%s: the partitioned old primary is no longer a primary "
+                    "(pg_is_in_recovery: %s)" % (label, role))
+        t1 = time.monotonic()
+        self.c.wait_healthy(timeout=180)
+        self.rep.note("%s: link up; n1 rejoined in %.1f s" % (label, time.monotonic() - t1))
+        return lead, new
+
+
+def netns_link(ns, dev, state):
+    subprocess.run(["ip", "-n", ns, "link", "set", dev, state], check=True)
+
+
+def netns_psql(node, sql):
+    """Ask a node through its Unix socket (the harness cannot reach it
+    across the partition); "down" when no server listens there."""
+    r = run((["runuser", "-u", "postgres", "--"] if IS_ROOT else []) +
+            [BINDIR + "/psql", "-h", node.dir, "-p", str(node.pg_port), "-d", "postgres", "-Atc", sql],
+            cwd="/", timeout=30)
+    if r.returncode == 0:
+        return r.stdout.strip()
+    if "No such file" in r.stdout or "Connection refused" in r.stdout:
+        return "down"
+    # a fast shutdown that waits for WAL senders whose replicas it cannot
+    # reach (until wal_sender_timeout): sessions ended, connections refused
+    return "shutting down" if "is shutting down" in r.stdout else r.stdout.strip()
+
+
 def tail_text(path, n=400):
     return "\n".join(ls.tail(path, n))
 
@@ -747,11 +838,11 @@ def sync_run(rep, cluster, etcd_port, work, args):
     try:
         wait_progress(writers, 10, 60, "the first writes")
         if args.stress:
-            plan = ["switchover", "node", "sigstop", "postmaster"]
+            plan = ["partition", "switchover", "node", "sigstop", "postmaster"]
             i = 0
             while faults.failovers < args.failovers:
                 kind = plan[i % len(plan)] if i < len(plan) else random.choice(
-                    ["switchover", "switchover", "node", "sigstop"])
+                    ["switchover", "switchover", "node", "sigstop", "partition"])
                 i += 1
                 do(faults, kind, writers, label, rejoined)
         else:
@@ -781,6 +872,11 @@ def do(faults, kind, writers, label, rejoined):
         faults.kill_node(writers, label)
     elif kind == "sigstop":
         faults.sigstop_node(writers, label)
+    elif kind == "partition":
+        if NET:
+            faults.partition(writers, label)
+        else:
+            faults.rep.note("%s: no partition (network namespaces need root)" % label)
 
 
 def async_run(rep, cluster, etcd_port, work, args):
@@ -934,21 +1030,77 @@ FLOOR_SQL = ("SELECT r, fence_try(r, %s) FROM unnest(%s::text[]) AS r")
 
 
 # ===========================================================================
+# network namespaces: the whole run inside two namespaces it makes itself
+
+def run_in_namespaces(argv):
+    """Make namespaces a (n1 alone) and b (etcd, n2, n3, the writers, the
+    harness), joined by one veth pair with link-local addresses; run this
+    harness again inside b; delete both namespaces (and so the veth pair)
+    whatever happened. No traffic of the run leaves these namespaces."""
+    rep = Report()
+    tag = "%05d" % (os.getpid() % 100000)
+    net = {"a": "fence-ha-%s-a" % tag, "b": "fence-ha-%s-b" % tag,
+           "veth_a": "fha%sa" % tag, "veth_b": "fha%sb" % tag,
+           "addr_a": "169.254.77.2", "addr_b": "169.254.77.1", "net": "169.254.77.0/30"}
+    made = []
+    status = 1
+
+    def ip(*a):
+        r = run(["ip"] + list(a))
+        if r.returncode != 0:
+            raise RuntimeError("ip %s: %s" % (" ".join(a), r.stdout.strip()))
+    try:
+        for ns in (net["a"], net["b"]):
+            ip("netns", "add", ns)
+            made.append(ns)
+        ip("-n", net["a"], "link", "add", net["veth_a"], "type", "veth", "peer", "name", net["veth_b"],
+           "netns", net["b"])
+        ip("-n", net["a"], "addr", "add", net["addr_a"] + "/30", "dev", net["veth_a"])
+        ip("-n", net["b"], "addr", "add", net["addr_b"] + "/30", "dev", net["veth_b"])
+        for ns, dev in ((net["a"], net["veth_a"]), (net["b"], net["veth_b"])):
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("-n", ns, "link", "set", dev, "up")
+        p = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "--", "ip", "netns", "exec", net["b"],
+                              PYTHON, os.path.abspath(__file__)] + argv + ["--inner", json.dumps(net)])
+        try:
+            status = p.wait()
+        except BaseException:
+            p.terminate()
+            p.wait(180)
+            raise
+    except RuntimeError as e:
+        rep.ok(False, "network namespaces made", repr(e))
+    finally:
+        for ns in made:
+            run(["ip", "netns", "del", ns])
+        listed = run(["ip", "netns", "list"]).stdout
+        left = [ns for ns in made if ns in listed]
+        left += [d for d in (net["veth_a"], net["veth_b"]) if run(["ip", "link", "show", d]).returncode == 0]
+        rep.ok(made and not left, "no network namespace or veth left behind (%s)" % ", ".join(made),
+               repr(left))
+    return status or (1 if rep.failed else 0)
+
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--writer")
     ap.add_argument("--stress", action="store_true")
     ap.add_argument("--failovers", type=int, default=50)
-    ap.add_argument("--plan", default="switchover,postmaster,node,sigstop")
+    ap.add_argument("--plan", default="partition,switchover,postmaster,node,sigstop")
     ap.add_argument("--async-failovers", type=int, default=1)
     ap.add_argument("--writers", type=int, default=4)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--dcs", choices=("etcd", "etcd3"), default="etcd")
+    ap.add_argument("--no-netns", action="store_true", help="no network namespaces (and no partition)")
+    ap.add_argument("--inner", help=argparse.SUPPRESS)
     ap.add_argument("--only", default="sync,async,floor")
     args = ap.parse_args()
     if args.writer:
         return writer_main(json.loads(args.writer))
+    if args.inner:
+        NET.update(json.loads(args.inner))
+    elif IS_ROOT and not args.no_netns and shutil.which("ip"):
+        return run_in_namespaces(sys.argv[1:])
     if args.stress:
         args.async_failovers = max(args.async_failovers, 5)
 
@@ -979,6 +1131,8 @@ def main():
         chown_postgres(work)
         if args.dcs == "etcd":
             ls.Etcd.extra_args = ("--enable-v2=true",)
+        if NET:
+            ls.Etcd.extra_hosts = (NET["addr_b"],)
         etcd = ls.Etcd(work)
         rep.note("etcd on 127.0.0.1:%d; Patroni's DCS: %s" % (etcd.port, args.dcs))
         cluster[0] = HaCluster(work, etcd.port, sync=True, install=install, dcs=args.dcs)

@@ -655,6 +655,7 @@ class Service:
 class Etcd(Service):
     name = "etcd"
     extra_args = ()     # tests/ha adds --enable-v2 (Patroni's etcd v2 DCS)
+    extra_hosts = ()    # and a network namespace's address to listen on and advertise
 
     def launch(self, attempt):
         import etcd3
@@ -663,7 +664,10 @@ class Etcd(Service):
         url = lambda p: "http://127.0.0.1:%d" % p
         self.proc = CHILDREN.spawn("etcd", [
             "etcd", "--name", "fence-ls", "--data-dir", os.path.join(self.work, "etcd-%d" % attempt),
-            "--listen-client-urls", url(self.port), "--advertise-client-urls", url(self.port),
+            "--listen-client-urls", ",".join([url(self.port)] + ["http://%s:%d" % (h, self.port)
+                                                                 for h in self.extra_hosts]),
+            "--advertise-client-urls", ",".join(["http://%s:%d" % (h, self.port) for h in self.extra_hosts]
+                                                or [url(self.port)]),
             "--listen-peer-urls", url(peer), "--initial-advertise-peer-urls", url(peer),
             "--initial-cluster", "fence-ls=" + url(peer), "--initial-cluster-state", "new",
             "--heartbeat-interval", "20", "--election-timeout", "200"] + list(self.extra_args),
