@@ -1026,7 +1026,8 @@ def current_revision(ec):
 # The floor procedure (docs/replication.md): in one transaction, every named
 # resource is fenced at the floor; fence_try returns false where the highest
 # is already above it. It waits for open fenced transactions like any advance.
-FLOOR_SQL = ("SELECT r, fence_try(r, %s) FROM unnest(%s::text[]) AS r")
+FLOOR_SQL = ("SELECT r, fence_try(r, %s) "
+             "FROM unnest(ARRAY(SELECT resource FROM fence_tokens) || %s::text[]) AS r")
 
 
 # ===========================================================================
