@@ -121,8 +121,9 @@ openDb(const char *dir, const char *name, const char *extension)
 
 /*
  * The floor: protect the table with fence, read its triggers back, and
- * replace each by one of the same name, timing and event whose body only
- * reads the row: SELECT abs(NEW.tok) (OLD for DELETE).
+ * replace each by one of the same name, timing and event, without fence's
+ * WHEN clause, whose body only reads the row: SELECT abs(NEW.tok) (OLD for
+ * DELETE).
  */
 static void
 installFloor(sqlite3 *db, const char *table)
@@ -149,7 +150,9 @@ installFloor(sqlite3 *db, const char *table)
 	exec(db, sql);
 	for (i = 0; i < n; i++)
 	{
-		char	   *body = strstr(triggers[i], " BEGIN ");
+		/* fence's check is the WHEN clause (or, before 1.4, the body): cut both */
+		char	   *body = strstr(triggers[i], " WHEN ") ? strstr(triggers[i], " WHEN ") :
+			strstr(triggers[i], " BEGIN ");
 		int			isDelete = strstr(triggers[i], " DELETE ") != NULL;
 		char	   *floorSql;
 

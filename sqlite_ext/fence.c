@@ -25,12 +25,18 @@
  *   fence_guard_ready(G, resource_or_prefix, keyed)  admission alone
  *
  * Concurrency: SQLite has one writer per database file. An accept first
- * enlists fence_held (fence_held.c), which opens the write transaction on
- * main, and then reads and advances fence_tokens under that write lock, so
- * no other connection can commit a higher token between our read and our
- * commit. In WAL mode, a transaction whose read snapshot is older than the
- * newest commit cannot take the write lock (SQLITE_BUSY_SNAPSHOT), so a stale
- * snapshot ends in SQLITE_BUSY rather than in an accepted stale token.
+ * enlists fence_held (fence_held.c) through a virtual table in TEMP, which
+ * locks nothing of main, then reads fence_tokens in the transaction's read
+ * snapshot. An equal accept writes nothing and so takes no write lock:
+ * transactions fenced at the same token do not wait for each other. The
+ * read pins the snapshot (WAL) or holds the SHARED lock (rollback journal)
+ * until the transaction ends, and any write the transaction makes later
+ * (an advance of fence_tokens, a guarded row) needs the write lock: in WAL
+ * a snapshot older than the newest commit cannot take it
+ * (SQLITE_BUSY_SNAPSHOT), and in rollback-journal mode nobody can commit
+ * while the SHARED lock is held. So a higher token committed after our read
+ * ends our transaction in SQLITE_BUSY or the stale error, never in a
+ * committed write at the older token (SPEC.md "SQLite specifics").
  *
  * Trust in what fence reads: an authorizer (sqlite3_set_authorizer) is
  * consulted when fence's own statements are prepared too, and one that
@@ -655,9 +661,10 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	*pHighest = 0;
 
 	/*
-	 * Held at this very token in this transaction, under the write lock we
-	 * took when enlisting: nothing but this transaction can have moved the
-	 * highest since, and its own moves update what it holds.
+	 * Held at this very token in this transaction: judged in the snapshot
+	 * the transaction still reads, which only its own moves (which update
+	 * what it holds) change; a newer commit by another connection keeps its
+	 * writes from committing (see the head of this file).
 	 */
 	if (conn->bEnlisted && !conn->bBroken &&
 		fence_held_get(&conn->held, z, (size_t) n) == token)
@@ -1374,6 +1381,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		 */
 		(void) fenceHeldConnect(conn);
 		fenceSealOldGuards(db);
+		(void) fenceHeldCreateEnlist(conn);	/* only outside a transaction */
 	}
 	if (rc != SQLITE_OK)
 	{

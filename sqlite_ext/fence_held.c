@@ -13,16 +13,28 @@
  * it ends, read-only or not, and xSavepoint/xRelease/xRollbackTo for every
  * savepoint, including the statement savepoint that undoes a failed
  * statement. So the first accept of a transaction enlists the table by
- * running "DELETE FROM fence_txn WHERE 0" (fence_txn is a second name for
- * fence_held: see heldDisconnect for why there are two; the statement also
- * opens the write transaction on main), and from then on SQLite drives the
- * state:
+ * running "DELETE FROM temp.fence_enlist WHERE 0" (fence_enlist is a table
+ * of the module fence_txn, a second name for fence_held: see heldDisconnect
+ * for why there are two), and from then on SQLite drives the state:
  *   xSavepoint(k)  remembers how long the log was when savepoint k opened;
  *   xRollbackTo(k) truncates the log back to that length;
  *   xCommit, xRollback forget everything.
  * The state lives in memory and is never written to a TEMP table, because a
  * TEMP table written from inside another statement is not rolled back with
  * that statement unless it has its own statement journal.
+ *
+ * Why temp.fence_enlist, a virtual table fence creates in the TEMP schema, and
+ * not the eponymous main.fence_txn (which SQLite would also find under the
+ * name temp.fence_txn): a write to a table opens a write
+ * transaction on the table's database, and one on main takes the file's
+ * write lock (RESERVED, or WAL's writer lock). An accept of the token that
+ * is already the highest writes nothing and must not take it (SPEC.md:
+ * transactions fenced at the same token do not wait for each other), so
+ * fence enlists through the TEMP database, which is the connection's own,
+ * and main is only read until fence_tokens must change. The table is made
+ * when fence is loaded outside a transaction (fenceHeldCreateEnlist says
+ * why only then); without it fence enlists through main.fence_txn, taking
+ * the write lock as older versions did.
  *
  * SELECT * FROM fence_held lists the fences the transaction holds. Rows
  * cannot be written: only fence's own code changes them.
@@ -290,10 +302,8 @@ vtabConn(sqlite3_vtab *pVtab)
 
 /* A transaction begins (bEnlisted 1) or ends (0): it holds nothing yet. */
 static int
-heldStartOver(sqlite3_vtab *pVtab, int bEnlisted)
+connStartOver(FenceConn *conn, int bEnlisted)
 {
-	FenceConn  *conn = vtabConn(pVtab);
-
 	fence_held_clear(&conn->held);
 	fenceUndoForget(conn);
 	conn->nMark = 0;
@@ -307,13 +317,13 @@ static int
 heldBegin(sqlite3_vtab *pVtab)
 {
 	vtabConn(pVtab)->nBegin++;
-	return heldStartOver(pVtab, 1);
+	return connStartOver(vtabConn(pVtab), 1);
 }
 
 static int
 heldEnd(sqlite3_vtab *pVtab)
 {
-	return heldStartOver(pVtab, 0);
+	return connStartOver(vtabConn(pVtab), 0);
 }
 
 static int
@@ -413,11 +423,11 @@ static const sqlite3_module heldModule = {
 /* fence_txn: the same rows; the table that joins each fenced transaction */
 static const sqlite3_module txnModule = {
 	2,							/* iVersion: 2 for the savepoint methods */
-	NULL,						/* xCreate: eponymous only */
+	txnConnect,					/* xCreate: temp.fence_enlist, made at load */
 	txnConnect,
 	heldBestIndex,
 	txnDisconnect,
-	NULL,						/* xDestroy */
+	txnDisconnect,				/* xDestroy: DROP TABLE temp.fence_enlist */
 	heldOpen,
 	heldClose,
 	heldFilter,
@@ -710,43 +720,91 @@ fenceHeldConnect(FenceConn *conn)
 	return rc;
 }
 
+static const char enlistSql[] = "DELETE FROM temp.fence_enlist WHERE 0";
+
+/*
+ * Make temp.fence_enlist, at load and only outside a transaction: SQLite
+ * puts a virtual table made inside a transaction on that transaction's list
+ * without calling xBegin, and a ROLLBACK TO a savepoint older than the
+ * CREATE takes the table away again while the transaction goes on, so that
+ * its end would never reach us. Made outside one, it is there for good
+ * (unless the application drops it).
+ */
+int
+fenceHeldCreateEnlist(FenceConn *conn)
+{
+	if (!sqlite3_get_autocommit(conn->db))
+		return SQLITE_OK;
+	return sqlite3_exec(conn->db, "CREATE VIRTUAL TABLE IF NOT EXISTS temp.fence_enlist "
+						"USING fence_txn", NULL, NULL, NULL);
+}
+
+/*
+ * Prepare the enlisting statement: through temp.fence_enlist when it is
+ * there, else (fence loaded inside a transaction, out of memory at load, a
+ * DROP) through the eponymous main.fence_txn, which also takes main's write
+ * lock: an equal accept then waits like any writer, which is slower but
+ * never wrong.
+ */
+static int
+prepareEnlist(FenceConn *conn, int bMain)
+{
+	int			rc = fenceHeldConnect(conn);
+
+	if (rc != SQLITE_OK)
+		return rc;
+	if (!bMain)
+	{
+		rc = sqlite3_prepare_v3(conn->db, enlistSql, -1, SQLITE_PREPARE_PERSISTENT,
+								&conn->pEnlist, NULL);
+		if (rc == SQLITE_OK || (rc & 0xff) == SQLITE_NOMEM)
+			return rc;
+	}
+	return sqlite3_prepare_v3(conn->db, "DELETE FROM main.fence_txn WHERE 0", -1,
+							  SQLITE_PREPARE_PERSISTENT, &conn->pEnlist, NULL);
+}
+
 /*
  * Make fence_held part of the open transaction, so that its end and its
  * savepoints reach us. Writing a virtual table (even deleting no row) is
- * what enlists it; the statement also opens the write transaction on main.
- * Returns SQLITE_OK with conn->bEnlisted still 0 when the statement's own
- * end committed the transaction (an autocommit SELECT): then there is no
- * transaction left to hold a fence in.
+ * what enlists it; the table is in TEMP, so main stays unlocked (see the
+ * head of this file). Returns SQLITE_OK with conn->bEnlisted still 0 when
+ * the statement's own end committed the transaction (an autocommit
+ * SELECT): then there is no transaction left to hold a fence in.
  */
 int
 fenceHeldEnlist(FenceConn *conn)
 {
 	int			rc;
+	int			attempt;
 
 	unsigned	nBegin = conn->nBegin;
 
 	if (conn->bEnlisted)
 		return SQLITE_OK;
-	if (conn->pEnlist == NULL)
+	for (attempt = 0;; attempt++)
 	{
-		rc = fenceHeldConnect(conn);
-		if (rc == SQLITE_OK)
-			rc = sqlite3_prepare_v3(conn->db, "DELETE FROM main.fence_txn WHERE 0", -1,
-									SQLITE_PREPARE_PERSISTENT, &conn->pEnlist, NULL);
-		if (rc != SQLITE_OK)
+		if (conn->pEnlist == NULL && (rc = prepareEnlist(conn, attempt > 0)) != SQLITE_OK)
 			return rc;
+		rc = sqlite3_step(conn->pEnlist);
+		if (rc == SQLITE_DONE)
+			break;
+		rc = sqlite3_reset(conn->pEnlist);	/* with the step's message */
+
+		/* temp.fence_enlist was dropped under the cached statement */
+		if (attempt > 0 || (rc != SQLITE_ERROR && rc != SQLITE_SCHEMA))
+			return rc;
+		sqlite3_finalize(conn->pEnlist);
+		conn->pEnlist = NULL;
 	}
-	rc = sqlite3_step(conn->pEnlist);
-	if (rc != SQLITE_DONE)
-		return sqlite3_reset(conn->pEnlist);	/* with the step's message */
 	sqlite3_reset(conn->pEnlist);
 
 	/*
 	 * The statement ran but no transaction began on fence_txn: what it
-	 * deleted from was a table of the main database named fence_txn, made
-	 * after we prepared. Holding nothing while saying "accepted" is what
-	 * must never happen: refuse. (Forget the statement, so that the name is
-	 * resolved again once that table is gone.)
+	 * deleted from was a TEMP table named fence_enlist (or a main table
+	 * named fence_txn) of the application's. Holding nothing while saying
+	 * "accepted" is what must never happen: refuse. (Forget the statement,
+	 * so that the name is resolved again once that table is gone.)
 	 */
 	if (!conn->bEnlisted && conn->nBegin == nBegin)
 	{

@@ -97,6 +97,7 @@ void		fenceConnRelease(FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn);
+int			fenceHeldCreateEnlist(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
 /* fence.c */
@@ -250,8 +251,8 @@ int			sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 
 /* A table of the user's hides fence's own virtual tables in main. */
 #define FENCE_SHADOWED_MSG \
-	"fence: a table named fence_held or fence_txn in the main database hides " \
-	"fence's own virtual table of that name; fence refuses to work until it is " \
+	"fence: a table named fence_held in the main database, or fence_enlist in TEMP, " \
+	"hides fence's own virtual table of that name; fence refuses to work until it is " \
 	"renamed or dropped"
 
 /* Internal return codes of fence.c, turned into the messages above. */

@@ -77,12 +77,15 @@ def committed(path, sql):
 def newer_holder_writes(path, token):
     """The lock's next holder: fences at token and writes, in one transaction."""
     n = connect(path, isolation_level=None)
-    n.execute("BEGIN")
-    n.execute("SELECT fence_check('acct', ?)", (token,))
-    n.execute("UPDATE accounts SET balance = 200, writer = 'new holder', tok = ? WHERE id = 1", (token,))
-    n.execute("INSERT INTO log(writer, tok) VALUES ('new holder', ?)", (token,))
-    n.execute("COMMIT")
-    n.close()
+    try:
+        n.execute("BEGIN")
+        n.execute("SELECT fence_check('acct', ?)", (token,))
+        n.execute("UPDATE accounts SET balance = 200, writer = 'new holder', tok = ? WHERE id = 1",
+                  (token,))
+        n.execute("INSERT INTO log(writer, tok) VALUES ('new holder', ?)", (token,))
+        n.execute("COMMIT")
+    finally:
+        n.close()   # a failed holder gives up its locks (closing rolls back)
 
 
 def default_mode_unprotected(tmp):

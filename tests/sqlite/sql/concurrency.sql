@@ -5,8 +5,10 @@ PRAGMA journal_mode = WAL;
 CREATE TABLE w(id INTEGER PRIMARY KEY, v TEXT, tok INTEGER);
 SELECT quote(fence_protect('w', 'tok', 'r'));
 INSERT INTO w VALUES (1, 'a', 5);
--- A transaction fenced at 5 holds the write lock: no higher token can
--- commit in between, and the advance is told to wait.
+-- A transaction fenced at 5 by an equal accept takes no write lock (it
+-- writes nothing): a higher token can commit in between, and then the
+-- holder's write cannot commit (SQLITE_BUSY_SNAPSHOT: its snapshot is older
+-- than the newest commit), so nothing is written at 5 after 6.
 BEGIN;
 SELECT fence_check('r', 5);
 \connect b
@@ -15,7 +17,7 @@ SELECT fence_current('r');
 \connect main
 UPDATE w SET v = 'by 5';
 COMMIT;
--- now the advance goes through ...
+-- the advance stays ...
 \connect b
 SELECT fence_check('r', 6);
 -- ... and the old holder's writes are stale
@@ -26,8 +28,9 @@ SELECT fence_check('r', 5);
 ROLLBACK;
 SELECT id, v, tok FROM w;
 -- A transaction that read an older snapshot cannot take the write lock
--- after another connection committed a higher token: SQLITE_BUSY, never an
--- accepted stale token.
+-- after another connection committed a higher token: its equal accept is
+-- judged in that snapshot, and its write ends in SQLITE_BUSY, never in a
+-- committed stale write.
 BEGIN;
 SELECT fence_current('r');
 \connect b
