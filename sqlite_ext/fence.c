@@ -66,15 +66,17 @@ static const char createTokensSql[] =
 "CREATE TABLE IF NOT EXISTS main.fence_tokens" FENCE_TOKENS_COLUMNS;
 
 /*
- * The resource's row (tag 1) and a canary (tag 0): the first resource of
- * the table, which is never NULL unless an authorizer blinded the column,
- * in which case the lookup above it found nothing whatever the table
- * holds. Both are index lookups.
+ * The resource's row (tag 1). A row found proves the read by reading back
+ * the resource; when none is found, the canary (tag 0) is asked: the first
+ * resource of the table, which is never NULL unless an authorizer blinded
+ * the column, in which case the lookup found nothing whatever the table
+ * holds. Both are index lookups; the canary runs only for a resource with
+ * no highest yet, so a repeated accept pays for one lookup.
  */
 static const char selectTokenSql[] =
-"SELECT 1, resource, token, updated_at FROM main.fence_tokens WHERE resource = ?1 "
-"UNION ALL SELECT 0, resource, NULL, NULL FROM "
-"(SELECT resource FROM main.fence_tokens LIMIT 1)";
+"SELECT 1, resource, token, updated_at FROM main.fence_tokens WHERE resource = ?1";
+static const char canaryTokenSql[] =
+"SELECT 0, resource, NULL, NULL FROM main.fence_tokens LIMIT 1";
 
 /* puts back what an accept inside a failed statement changed */
 static const char restoreTokenSql[] =
@@ -123,10 +125,13 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
 	sqlite3_finalize(conn->pEnlist);
+	sqlite3_finalize(conn->pEnlistMain);
+	sqlite3_finalize(conn->pCanaryToken);
 	sqlite3_finalize(conn->pProbeMain);
 	sqlite3_finalize(conn->pProbeTemp);
 	sqlite3_finalize(conn->pJournalMode);
 	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pEnlist = NULL;
+	conn->pEnlistMain = conn->pCanaryToken = NULL;
 	conn->pProbeMain = conn->pProbeTemp = conn->pJournalMode = NULL;
 }
 
@@ -252,11 +257,12 @@ tokenTableTrusted(FenceConn *conn)
 static int
 tokensReprepared(FenceConn *conn)
 {
-	sqlite3_stmt *a[3] = {conn->pSelectToken, conn->pAdvanceToken, conn->pDeleteToken};
+	sqlite3_stmt *a[4] = {conn->pSelectToken, conn->pAdvanceToken, conn->pDeleteToken,
+	conn->pCanaryToken};
 	int			sum = 0;
 	int			i;
 
-	for (i = 0; i < 3; i++)
+	for (i = 0; i < 4; i++)
 		if (a[i])
 			sum += sqlite3_stmt_status(a[i], SQLITE_STMTSTATUS_REPREPARE, 0);
 	return sum;
@@ -369,7 +375,8 @@ tokenTableVanished(FenceConn *conn, int rc)
 	sqlite3_finalize(conn->pSelectToken);
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
-	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = NULL;
+	sqlite3_finalize(conn->pCanaryToken);
+	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pCanaryToken = NULL;
 	return 1;
 }
 
@@ -428,6 +435,23 @@ readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 			saveError(conn, rc);
 		sqlite3_reset(conn->pSelectToken);
 		sqlite3_clear_bindings(conn->pSelectToken);
+		if (rc == SQLITE_DONE && rcRow == SQLITE_OK && !*pHas)
+		{
+			/* nothing found: was the lookup blind? */
+			rc = prepareTokenStmt(conn, &conn->pCanaryToken, canaryTokenSql, bCreate);
+			if (rc != SQLITE_OK)
+				return rc;
+			if (conn->pCanaryToken == NULL)
+				rc = SQLITE_DONE;
+			else
+			{
+				while ((rc = sqlite3_step(conn->pCanaryToken)) == SQLITE_ROW && rcRow == SQLITE_OK)
+					rcRow = checkTokenRow(conn, conn->pCanaryToken, z, n, pHas, pHighest, zAt, nAt);
+				if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+					saveError(conn, rc);
+				sqlite3_reset(conn->pCanaryToken);
+			}
+		}
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
@@ -512,7 +536,8 @@ outerWriter(FenceConn *conn)
 	for (p = sqlite3_next_stmt(conn->db, NULL); p; p = sqlite3_next_stmt(conn->db, p))
 	{
 		if (p == conn->pSelectToken || p == conn->pAdvanceToken ||
-			p == conn->pDeleteToken || p == conn->pEnlist)
+			p == conn->pDeleteToken || p == conn->pEnlist ||
+			p == conn->pEnlistMain || p == conn->pCanaryToken)
 			continue;
 		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
 			return p;

@@ -584,10 +584,16 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	const unsigned char *zMode;
 	int			rc;
 
+	/* once seen open in this transaction, the mode cannot change until it ends */
+	if (conn->bJournalChecked)
+		return 1;
 	if (sqlite3_file_control(conn->db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
 							 &pJournal) == SQLITE_OK &&
 		pJournal != NULL && pJournal->pMethods != NULL)
+	{
+		conn->bJournalChecked = conn->bEnlisted;	/* reset when it ends (fence_held.c) */
 		return 1;
+	}
 	if (conn->pJournalMode == NULL)
 	{
 		rc = fenceHeldConnect(conn);

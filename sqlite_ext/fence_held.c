@@ -304,6 +304,7 @@ vtabConn(sqlite3_vtab *pVtab)
 static int
 connStartOver(FenceConn *conn, int bEnlisted)
 {
+	conn->bJournalChecked = 0;
 	fence_held_clear(&conn->held);
 	fenceUndoForget(conn);
 	conn->nMark = 0;
@@ -747,7 +748,7 @@ fenceHeldCreateEnlist(FenceConn *conn)
  * never wrong.
  */
 static int
-prepareEnlist(FenceConn *conn, int bMain)
+prepareEnlist(FenceConn *conn, int bMain, sqlite3_stmt **pp)
 {
 	int			rc = fenceHeldConnect(conn);
 
@@ -755,13 +756,12 @@ prepareEnlist(FenceConn *conn, int bMain)
 		return rc;
 	if (!bMain)
 	{
-		rc = sqlite3_prepare_v3(conn->db, enlistSql, -1, SQLITE_PREPARE_PERSISTENT,
-								&conn->pEnlist, NULL);
+		rc = sqlite3_prepare_v3(conn->db, enlistSql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 		if (rc == SQLITE_OK || (rc & 0xff) == SQLITE_NOMEM)
 			return rc;
 	}
 	return sqlite3_prepare_v3(conn->db, "DELETE FROM main.fence_txn WHERE 0", -1,
-							  SQLITE_PREPARE_PERSISTENT, &conn->pEnlist, NULL);
+							  SQLITE_PREPARE_PERSISTENT, pp, NULL);
 }
 
 /*
@@ -777,27 +777,38 @@ fenceHeldEnlist(FenceConn *conn)
 {
 	int			rc;
 	int			attempt;
+	sqlite3_stmt **pp;
 
 	unsigned	nBegin = conn->nBegin;
 
 	if (conn->bEnlisted)
 		return SQLITE_OK;
+
+	/*
+	 * When the statement running us already writes main (a guarded write),
+	 * enlisting through main locks nothing more and costs less than
+	 * opening a write transaction on TEMP. Either table joins alone: only
+	 * the first enlisting of a transaction runs.
+	 */
+	pp = sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_WRITE ? &conn->pEnlistMain
+		: &conn->pEnlist;
 	for (attempt = 0;; attempt++)
 	{
-		if (conn->pEnlist == NULL && (rc = prepareEnlist(conn, attempt > 0)) != SQLITE_OK)
+		if (*pp == NULL &&
+			(rc = prepareEnlist(conn, attempt > 0 || pp == &conn->pEnlistMain, pp)) != SQLITE_OK)
 			return rc;
-		rc = sqlite3_step(conn->pEnlist);
+		rc = sqlite3_step(*pp);
 		if (rc == SQLITE_DONE)
 			break;
-		rc = sqlite3_reset(conn->pEnlist);	/* with the step's message */
+		rc = sqlite3_reset(*pp);	/* with the step's message */
 
 		/* temp.fence_enlist was dropped under the cached statement */
 		if (attempt > 0 || (rc != SQLITE_ERROR && rc != SQLITE_SCHEMA))
 			return rc;
-		sqlite3_finalize(conn->pEnlist);
-		conn->pEnlist = NULL;
+		sqlite3_finalize(*pp);
+		*pp = NULL;
 	}
-	sqlite3_reset(conn->pEnlist);
+	sqlite3_reset(*pp);
 
 	/*
 	 * The statement ran but no transaction began on fence_txn: what it
@@ -808,8 +819,8 @@ fenceHeldEnlist(FenceConn *conn)
 	 */
 	if (!conn->bEnlisted && conn->nBegin == nBegin)
 	{
-		sqlite3_finalize(conn->pEnlist);
-		conn->pEnlist = NULL;
+		sqlite3_finalize(*pp);
+		*pp = NULL;
 		return FENCE_RC_SHADOWED;
 	}
 	return SQLITE_OK;

@@ -45,6 +45,7 @@ typedef struct FenceConn
 	int			bEnlisted;		/* fence_held is part of the open transaction */
 	int			bVtabConnected; /* the eponymous fence_held is connected */
 	int			bBroken;		/* out of memory: what is held is unknown */
+	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
 	unsigned	nBegin;			/* transactions fence_txn has joined */
 	FenceHeld	held;			/* what the open transaction holds */
 	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
@@ -65,7 +66,9 @@ typedef struct FenceConn
 	sqlite3_stmt *pSelectToken;
 	sqlite3_stmt *pAdvanceToken;
 	sqlite3_stmt *pDeleteToken;
-	sqlite3_stmt *pEnlist;
+	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
+	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
+	sqlite3_stmt *pCanaryToken;
 	int			nTokensReprepared;	/* the three's SQLITE_STMTSTATUS_REPREPARE, summed,
 									 * when fence_tokens' shape was last checked */
 	/* guard admission (fence_guard.c) */
