@@ -146,6 +146,16 @@ if part sqlite; then
 	fi
 	sed 's/^sqliteversion\t/info\tsqlite\t/' "$WORK/sqlite.out" >>"$RAW"
 	rm -rf "$WORK/sqlite"
+	# instructions per row (deterministic), and where the fence's go: the
+	# profile that explains a missed SQLite target (issue 14's are in both)
+	if command -v valgrind >/dev/null 2>&1 && command -v callgrind_annotate >/dev/null 2>&1; then
+		say "SQLite: instructions per row under callgrind (bench/sqlite_profile.sh)"
+		PROFILE_SCALE=$([ $QUICK -eq 1 ] && echo 0.02 || echo 0.2) \
+			bash bench/sqlite_profile.sh --raw >>"$RAW" 2>>"$LOG" ||
+			say "bench/sqlite_profile.sh failed (see $LOG); the instruction targets stay unmeasured"
+	else
+		say "valgrind is not installed: the SQLite instruction counts are skipped"
+	fi
 fi
 
 # ---------------------------------------------------------------------------

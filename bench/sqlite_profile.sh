@@ -3,30 +3,62 @@
 # benchmark, counted by callgrind (valgrind), for the variants of
 # bench/sqlite_bench.c. Timings on a shared machine are noisy; instruction
 # counts are not, and they show where a trigger-based guard's cost lies
-# (BENCHMARKS.md, "SQLite: where the time goes"). About two minutes.
+# (BENCHMARKS.md, "SQLite: where the time goes"). For the fenced variant it
+# also gives the instructions per row spent inside fence's own functions
+# (inclusive), which is the profile that explains a missed target. About two
+# minutes at the default scale.
 #
-# Usage: bash bench/sqlite_profile.sh
+# Usage: bash bench/sqlite_profile.sh [--raw]
+#   --raw    tab-separated lines for bench/report.py instead of the table:
+#              sqliteir OP ROWS_PER_TXN VARIANT INSTRUCTIONS_PER_ROW
+#              sqliteirfn OP ROWS_PER_TXN FUNCTION INSTRUCTIONS_PER_ROW
+#   PROFILE_SCALE (default 0.2), PROFILE_CELLS, PROFILE_VARIANTS narrow it.
 set -eu
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
+raw=0
+[ "${1:-}" = "--raw" ] && raw=1
+scale=${PROFILE_SCALE:-0.2}
+cells=${PROFILE_CELLS:-"update/1 update/1000 insert/1 insert/1000"}
+variants=${PROFILE_VARIANTS:-"plain floor fenced sqltrig"}
+# fence's functions worth naming in a profile (inclusive counts nest)
+functions="fenceGuardWriteFunc fenceGuardFencedFunc fenceGuardReadyFunc fenceCheckFunc readHighestAt fenceHeldEnlist fenceGuardAdmit stepInt64"
 make -s sqlite_ext/fence.so
 work=$(mktemp -d /tmp/fence-profile.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ${CC:-cc} -O2 -g -o "$work/sqlite_bench" bench/sqlite_bench.c -lsqlite3
-printf '%-8s %-7s %-9s %s\n' variant op rows/txn instructions/row
-for cell in update/1 update/1000 insert/1 insert/1000; do
+[ $raw = 1 ] || printf '%-8s %-7s %-9s %s\n' variant op rows/txn instructions/row
+for cell in $cells; do
 	op=${cell%/*}
 	per=${cell#*/}
-	for v in plain floor fenced sqltrig; do
-		valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-			"$work/sqlite_bench" "$root/sqlite_ext/fence.so" "$work" 1 0.2 0 "$v/$cell/" \
+	for v in $variants; do
+		# only runCell is counted: setting up and warming the database is not
+		valgrind --tool=callgrind --toggle-collect=runCell --callgrind-out-file="$work/cg.out" \
+			"$work/sqlite_bench" "$root/sqlite_ext/fence.so" "$work" 1 "$scale" 0 "$v/$cell/" \
 			>"$work/out.tsv" 2>/dev/null
 		rows=$(awk -F'\t' '$1 == "sqlite" {print $6}' "$work/out.tsv" | head -1)
-		# rows written by the cell: the bench's row count at scale 0.2
-		n=$(( per == 1 ? 4000 : 20000 ))
-		ir=$(callgrind_annotate --inclusive=yes "$work/cg.out" 2>/dev/null |
-			sed -n 's/^ *\([0-9,]*\) ([ 0-9.]*%) *[^ ]*:runCell .*/\1/p' | head -1 | tr -d ,)
+		# rows written by the cell, as sqlite_bench.c computes them
+		n=$(awk -v s="$scale" -v p="$per" 'BEGIN { r = int((p == 1 ? 20000 : 100000) * s);
+			r -= r % p; if (r < p) r = p; print r }')
+		callgrind_annotate --inclusive=yes --threshold=100 "$work/cg.out" >"$work/annotate.txt" 2>/dev/null
+		ir=$(sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' "$work/annotate.txt" | head -1 | tr -d ,)
 		[ -n "$rows" ] && [ -n "$ir" ] || { echo "no count for $v $cell" >&2; exit 1; }
-		printf '%-8s %-7s %-9s %d\n' "$v" "$op" "$per" $((ir / n))
+		if [ $raw = 1 ]; then
+			printf 'sqliteir\t%s\t%s\t%s\t%d\n' "$op" "$per" "$v" $((ir / n))
+		else
+			printf '%-8s %-7s %-9s %d\n' "$v" "$op" "$per" $((ir / n))
+		fi
+		[ "$v" = fenced ] || continue
+		for f in $functions; do
+			# the function's summary lines ("N (P%)  file:function [object]"): the largest
+			fir=$(grep -E "^ *[0-9,]+ \([ 0-9.]+%\) +[^ ]*:$f(\.[a-z0-9.]+)?( \[.*)?$" "$work/annotate.txt" |
+				sed -n 's/^ *\([0-9,]*\) .*/\1/p' | tr -d , | sort -n | tail -1)
+			[ -n "$fir" ] || continue
+			if [ $raw = 1 ]; then
+				printf 'sqliteirfn\t%s\t%s\t%s\t%d\n' "$op" "$per" "$f" $((fir / n))
+			else
+				printf '           %-28s %d\n' "$f" $((fir / n))
+			fi
+		done
 	done
 done
