@@ -666,6 +666,75 @@ heldOutOfMemory(FenceConn *conn)
 	return FENCE_RC_BROKEN;
 }
 
+/* ---------------------------------------------------------------------
+ * Lock first or read first
+ *
+ * An equal accept must take no write lock, so an accept reads fence_tokens
+ * before anything of main is locked. But once a transaction has read main,
+ * its snapshot is fixed, and in WAL mode a write from a snapshot that
+ * another commit overtook fails at once (SQLITE_BUSY_SNAPSHOT) instead of
+ * waiting for the busy timeout: an advance (a new holder's first accept)
+ * that read first would fail whenever another holder committed between its
+ * read and its write, where taking the write lock first makes it wait its
+ * turn and then read the newest highest. So when the transaction has not
+ * touched main yet, an accept takes main's write lock first unless this
+ * connection last saw the resource's highest at or above the token (an
+ * equal accept, or a stale one, is then likely). The hint decides only the
+ * order; the verdict is always the read's.
+ * ------------------------------------------------------------------ */
+
+static unsigned
+hintSlot(const char *z, int n)
+{
+	unsigned	h = 2166136261u;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		h = (h ^ (unsigned char) z[i]) * 16777619u;
+	return h % FENCE_HINTS;
+}
+
+/* Did this connection last see z's highest at or above token? */
+static int
+hintAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
+{
+	FenceHint  *h = &conn->aHint[hintSlot(z, n)];
+
+	return h->z != NULL && h->n == n && memcmp(h->z, z, (size_t) n) == 0 &&
+		h->bHas && h->highest >= token;
+}
+
+/* Remember what was read (out of memory: remember nothing, it is a hint) */
+static void
+hintSet(FenceConn *conn, const char *z, int n, int bHas, sqlite3_int64 highest)
+{
+	FenceHint  *h = &conn->aHint[hintSlot(z, n)];
+
+	if (h->z == NULL || h->n != n || memcmp(h->z, z, (size_t) n) != 0)
+	{
+		sqlite3_free(h->z);
+		h->z = sqlite3_malloc(n > 0 ? n : 1);
+		if (h->z == NULL)
+			return;
+		memcpy(h->z, z, (size_t) n);
+		h->n = n;
+	}
+	h->bHas = bHas;
+	h->highest = highest;
+}
+
+void
+fenceHintsFree(FenceConn *conn)
+{
+	int			i;
+
+	for (i = 0; i < FENCE_HINTS; i++)
+	{
+		sqlite3_free(conn->aHint[i].z);
+		conn->aHint[i].z = NULL;
+	}
+}
+
 /*
  * The accept rule applied in this connection's transaction. On return with
  * SQLITE_OK, *pStale says whether the token was rejected, and *pHighest is
@@ -695,13 +764,15 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		fence_held_get(&conn->held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
-	rc = fenceHeldEnlist(conn);
+	rc = fenceHeldEnlist(conn, sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_NONE &&
+						  !hintAtLeast(conn, z, n, token));
 	if (rc == SQLITE_OK && conn->bBroken)
 		rc = FENCE_RC_BROKEN;
 	if (rc == SQLITE_OK)
 		rc = readHighestAt(conn, z, n, 1, &has, &highest, zAt, (int) sizeof(zAt));
 	if (rc != SQLITE_OK)
 		return rc;
+	hintSet(conn, z, n, has, highest);
 	outer = conn->bEnlisted ? outerWriter(conn) : NULL;
 	if (outer)
 		undoFor(conn, outer);
@@ -740,6 +811,7 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		rc = readHighest(conn, z, n, 1, &has, &highest);
 		if (rc != SQLITE_OK)
 			return rc;
+		hintSet(conn, z, n, has, highest);
 		if (!has || highest < token || (bWrote && highest != token))
 			return untrusted(conn, bWrote ? "the advance of main.fence_tokens did not write "
 							 "the token it was given" : "the advance of main.fence_tokens "
@@ -1112,7 +1184,7 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	int			rc;
 
 	/* admission is cached per transaction, which enlisting opens */
-	rc = fenceHeldEnlist(conn);
+	rc = fenceHeldEnlist(conn, 0);
 	if (rc != SQLITE_OK)
 	{
 		resultDbError(ctx, conn, rc);
@@ -1191,7 +1263,7 @@ fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	int			rc;
 
 	(void) argc;
-	rc = fenceHeldEnlist(conn);
+	rc = fenceHeldEnlist(conn, 0);
 	if (rc != SQLITE_OK)
 	{
 		resultDbError(ctx, conn, rc);

@@ -84,6 +84,7 @@ connRelease(FenceConn *conn)
 		return;
 	fenceFinalizeStatements(conn);
 	fenceUndoForget(conn);
+	fenceHintsFree(conn);
 	sqlite3_free(conn->aUndo);
 	fence_held_free(&conn->held);
 	fenceGuardFree(conn);
@@ -773,7 +774,7 @@ prepareEnlist(FenceConn *conn, int bMain, sqlite3_stmt **pp)
  * SELECT): then there is no transaction left to hold a fence in.
  */
 int
-fenceHeldEnlist(FenceConn *conn)
+fenceHeldEnlist(FenceConn *conn, int bLockMain)
 {
 	int			rc;
 	int			attempt;
@@ -785,13 +786,15 @@ fenceHeldEnlist(FenceConn *conn)
 		return SQLITE_OK;
 
 	/*
-	 * When the statement running us already writes main (a guarded write),
-	 * enlisting through main locks nothing more and costs less than
-	 * opening a write transaction on TEMP. Either table joins alone: only
-	 * the first enlisting of a transaction runs.
+	 * Through main when the caller wants main's write lock first (an
+	 * accept that is likely an advance, fence.c) or when the statement
+	 * running us already writes main (a guarded write: it locks nothing
+	 * more and costs less than opening a write transaction on TEMP); else
+	 * through TEMP. Either table joins alone: only the first enlisting of a
+	 * transaction runs.
 	 */
-	pp = sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_WRITE ? &conn->pEnlistMain
-		: &conn->pEnlist;
+	pp = bLockMain || sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_WRITE ?
+		&conn->pEnlistMain : &conn->pEnlist;
 	for (attempt = 0;; attempt++)
 	{
 		if (*pp == NULL &&

@@ -38,6 +38,19 @@ typedef struct FenceGuardSeen
 	int			bKeyed;
 } FenceGuardSeen;
 
+/*
+ * What this connection last read as a resource's highest: a hint only,
+ * never trusted for a verdict (fence.c, "Lock first or read first").
+ */
+#define FENCE_HINTS 64
+typedef struct FenceHint
+{
+	char	   *z;				/* sqlite3_malloc'd resource, NULL: empty slot */
+	int			n;
+	int			bHas;
+	sqlite3_int64 highest;
+} FenceHint;
+
 typedef struct FenceConn
 {
 	sqlite3    *db;
@@ -46,6 +59,7 @@ typedef struct FenceConn
 	int			bVtabConnected; /* the eponymous fence_held is connected */
 	int			bBroken;		/* out of memory: what is held is unknown */
 	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
+	FenceHint	aHint[FENCE_HINTS];
 	unsigned	nBegin;			/* transactions fence_txn has joined */
 	FenceHeld	held;			/* what the open transaction holds */
 	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
@@ -99,13 +113,14 @@ int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
 void		fenceConnRelease(FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
-int			fenceHeldEnlist(FenceConn *conn);
+int			fenceHeldEnlist(FenceConn *conn, int bLockMain);
 int			fenceHeldCreateEnlist(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);
 void		fenceUndoForget(FenceConn *conn);
+void		fenceHintsFree(FenceConn *conn);
 /* for fence_lease.c: fence_check's validation, errors and token read */
 int			fenceArgResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn);
 int			fenceArgToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken);
