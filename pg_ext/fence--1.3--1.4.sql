@@ -96,3 +96,31 @@ CREATE FUNCTION fence_release(resource text, holder text, token bigint) RETURNS 
 	AS 'MODULE_PATHNAME', 'fence_release' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION fence_release(text, text, bigint) IS
 	'end a live lease early; false once it expired or passed to another holder';
+
+-- ---------------------------------------------------------------------
+-- fence_stats: accepts and stale rejections per resource
+-- (pg_ext/fence_stats.c)
+-- ---------------------------------------------------------------------
+
+CREATE FUNCTION fence_stats_read(OUT resource text, OUT accepted bigint, OUT rejected bigint,
+		OUT last_rejected_token bigint, OUT last_rejected_at timestamptz)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'fence_stats_read' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION fence_stats_read() IS
+	'the rows of the view fence_stats';
+
+-- Server-wide (this database's rows) when fence is in
+-- shared_preload_libraries, else this backend's own: fence_stats_scope()
+-- says which. A NULL resource is the row of every resource beyond
+-- fence.stats_max_resources.
+CREATE VIEW fence_stats AS
+	SELECT resource, accepted, rejected, last_rejected_token, last_rejected_at
+	FROM fence_stats_read();
+COMMENT ON VIEW fence_stats IS
+	'fence: accepted tokens and stale rejections per resource, attempts whether or not they committed';
+GRANT SELECT ON fence_stats TO PUBLIC;
+
+CREATE FUNCTION fence_stats_scope() RETURNS text
+	AS 'MODULE_PATHNAME', 'fence_stats_scope' LANGUAGE C STABLE;
+COMMENT ON FUNCTION fence_stats_scope() IS
+	'whose counts fence_stats shows: server (fence in shared_preload_libraries) or backend';

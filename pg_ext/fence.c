@@ -29,6 +29,7 @@ _PG_init(void)
 {
 	fence_xact_init();
 	fence_executor_init();
+	fence_stats_init();
 }
 
 /* ---------------------------------------------------------------------

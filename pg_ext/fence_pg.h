@@ -55,6 +55,12 @@ extern void fence_note_written(const char *resource, size_t len, int64 token);
 extern int64 fence_pending_token(const char *resource, size_t len);
 extern void fence_xact_flush(void);
 
+/* fence_stats.c: accepts and stale rejections per resource */
+extern void fence_stats_init(void);
+extern void fence_stats_accepted(const char *resource, size_t len);
+extern void fence_stats_rejected(const char *resource, size_t len, int64 token);
+extern void fence_stats_publish(void);
+
 /* fence_executor.c: which statement fires the guard */
 extern void fence_executor_init(void);
 extern bool fence_executor_maybe_merge(Relation rel);

@@ -370,6 +370,9 @@ lock_resource(const LOCKTAG *tag, LOCKMODE mode)
  * fence until the transaction ends) or report stale. See the file header
  * for the locking protocol.
  */
+static FenceOutcome accept_token(const char *resource, size_t len, const uint64 *knownHash,
+								 int64 token);
+
 FenceOutcome
 fence_accept(const char *resource, size_t len, int64 token)
 {
@@ -383,6 +386,19 @@ fence_accept(const char *resource, size_t len, int64 token)
  */
 FenceOutcome
 fence_accept_hashed(const char *resource, size_t len, const uint64 *knownHash, int64 token)
+{
+	FenceOutcome outcome = accept_token(resource, len, knownHash, token);
+
+	/* counted as attempts, whatever the transaction does next (fence_stats.c) */
+	if (outcome.stale)
+		fence_stats_rejected(resource, len, token);
+	else
+		fence_stats_accepted(resource, len);
+	return outcome;
+}
+
+static FenceOutcome
+accept_token(const char *resource, size_t len, const uint64 *knownHash, int64 token)
 {
 	FenceOutcome outcome = {false, 0};
 	int64		held = fence_held_token(resource, len);

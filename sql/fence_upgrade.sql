@@ -51,6 +51,10 @@ SELECT * FROM up_guards WHERE tbl IN ('up_child2'::regclass, 'up_part2'::regclas
 -- 1.4: leases and fence_stats
 ALTER EXTENSION fence UPDATE TO '1.4';
 SELECT extversion FROM pg_extension WHERE extname = 'fence';
+-- the update brings the view fence_stats, readable by every role
+SELECT attname FROM pg_attribute WHERE attrelid = 'fence_stats'::regclass AND attnum > 0
+	ORDER BY attnum;
+SELECT has_table_privilege('public', 'fence_stats', 'SELECT') AS public_reads, fence_stats_scope();
 SELECT fence_acquire('up:lease', 'upgraded', 60000) AS granted;
 SELECT fence_acquire('up:r', 'upgraded', 60000) AS above_accepted;
 SELECT resource, holder, token FROM fence_leases WHERE resource LIKE 'up:%' ORDER BY resource;
