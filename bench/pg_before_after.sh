@@ -33,8 +33,10 @@
 # raw rows in bench/results/before_after.tsv. Run as root, from anywhere.
 #
 # Knobs: BA_OLD (commit), BA_ROUNDS (5; 0 for the instruction counts
-# alone, about 2 minutes), BA_SECONDS (3), BA_CG_N (2000), BA_CG_WARM (200);
-# --quick = 2 rounds of 1 s and N 500.
+# alone, about 2 minutes), BA_SECONDS (3), BA_CG_N (2000), BA_CG_WARM (200),
+# BA_PRELOAD (1: the single-user backends of both builds have fence in
+# shared_preload_libraries, as a server counting fence_stats in shared
+# memory does); --quick = 2 rounds of 1 s and N 500.
 set -u
 
 QUICK=0
@@ -50,6 +52,8 @@ BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$FENCE_ROOT" || exit 1
 
 OLD=${BA_OLD:-6d63edf}
+PRELOAD=${BA_PRELOAD:-}
+[ "$PRELOAD" = 0 ] && PRELOAD=
 if [ $QUICK -eq 1 ]; then
 	ROUNDS=${BA_ROUNDS:-2}; SECS=${BA_SECONDS:-1}; CG_N=${BA_CG_N:-500}; CG_WARM=${BA_CG_WARM:-100}
 else
@@ -100,6 +104,7 @@ record info rounds "$ROUNDS"
 record info seconds "$SECS"
 record info cg_n "$CG_N"
 record info cg_warm "$CG_WARM"
+record info preload "${PRELOAD:-0}"
 
 # --- two clusters, the same settings as bench/run.sh --------------------------
 OPTS="-c listen_addresses='' -c fsync=off -c max_prepared_transactions=4 -c track_commit_timestamp=on \
@@ -150,6 +155,7 @@ cg_run() {	# cg_run BUILD FILE -> total instructions (Ir)
 	as_postgres valgrind --tool=callgrind --callgrind-out-file="$W/$b/cg.out" \
 		"$PG_BINDIR/postgres" --single -D "$W/$b/data" -c fsync=off -c synchronous_commit=off \
 		-c shared_buffers=256MB -c autovacuum=off -c extension_destdir="$W/$b/install" \
+		${PRELOAD:+-c shared_preload_libraries="$W/$b/install$(pg_config --pkglibdir)/fence"} \
 		postgres <"$f" >"$W/$b/cg.stdout" 2>"$W/$b/cg.stderr" ||
 		{ say "callgrind run failed on $b ($f)"; tail -5 "$W/$b/cg.stderr" >&2; return 1; }
 	if grep -q ERROR "$W/$b/cg.stdout" "$W/$b/cg.stderr"; then
@@ -240,8 +246,10 @@ print(f"old = {info['old']} (fence {info.get('fence_old')}), new = {info['new']}
       f"PostgreSQL {info.get('postgres')}; {info['date']}, load average at start {info['loadavg']}, "
       f"{info.get('seconds_total')} s in all")
 print()
-print(f"Instructions per transaction (callgrind, single-user backend, {info['cg_n']} one-row UPDATEs "
-      f"after {info['cg_warm']} of warm-up, each its own transaction, same token):")
+print(f"Instructions per transaction (callgrind, single-user backend"
+      f"{', fence in shared_preload_libraries' if info.get('preload', '0') != '0' else ''}, "
+      f"{info['cg_n']} one-row UPDATEs after {info['cg_warm']} of warm-up, each its own transaction, "
+      f"same token):")
 print()
 print("| table | old | new | new - old | new / old | fence's cost over unfenced, old -> new |")
 print("|---|---|---|---|---|---|")
