@@ -44,6 +44,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -134,6 +135,21 @@ stats_shmem_request(void)
 	RequestNamedLWLockTranche("fence_stats", 1);
 }
 
+/*
+ * A key's hash covers the database and the resource's bytes, not the
+ * padding after them (HASH_BLOBS would hash all 1 kB of every key).
+ * Equality stays memcmp of the whole key, which is zero-filled.
+ */
+static uint32
+stats_key_hash(const void *key, Size keysize)
+{
+	const StatsKey *k = key;
+
+	return hash_combine(hash_bytes((const unsigned char *) &k->dbid, sizeof(Oid)),
+						hash_bytes((const unsigned char *) k->resource,
+								   (int) strnlen(k->resource, sizeof(k->resource))));
+}
+
 static void
 stats_shmem_startup(void)
 {
@@ -152,9 +168,10 @@ stats_shmem_startup(void)
 	}
 	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(SharedStat);
+	info.hash = stats_key_hash;
 	sharedHash = ShmemInitHash("fence_stats hash", statsMaxResources + OVERFLOW_ROWS,
 							   statsMaxResources + OVERFLOW_ROWS, &info,
-							   HASH_ELEM | HASH_BLOBS);
+							   HASH_ELEM | HASH_FUNCTION);
 	LWLockRelease(AddinShmemInitLock);
 }
 
