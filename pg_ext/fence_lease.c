@@ -62,6 +62,8 @@
 #include "libpq/pqformat.h"
 #include "miscadmin.h"
 #include "replication/syncrep.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "tcop/utility.h"
@@ -288,9 +290,36 @@ static void
 lease_make_durable(void)
 {
 	XLogRecPtr	lsn = XactLastRecEnd;
+	bool		confirmed = true;
 
 	XLogFlush(lsn);
 	SyncRepWaitForLSN(lsn, false);
+
+	/*
+	 * SyncRepWaitForLSN returns with only a WARNING when the wait is
+	 * cancelled (statement_timeout, a cancel request), which most drivers
+	 * drop: the change then stands here but a failover could lose it, and
+	 * the same token be granted again. The caller must not use it, so that
+	 * is an error. The session's synchronous_commit decides whether to wait
+	 * at all, as it does for a commit.
+	 */
+	if (SyncRepRequested())
+	{
+		int			mode = synchronous_commit == SYNCHRONOUS_COMMIT_REMOTE_WRITE
+			? SYNC_REP_WAIT_WRITE : SYNC_REP_WAIT_FLUSH;
+
+		LWLockAcquire(SyncRepLock, LW_SHARED);
+		if (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED)
+			confirmed = WalSndCtl->lsn[mode] >= lsn;
+		LWLockRelease(SyncRepLock);
+	}
+	if (!confirmed)
+		ereport(ERROR,
+				(errcode(ERRCODE_OPERATOR_INTERVENTION),
+				 errmsg("fence: the lease change was not confirmed by the synchronous standbys"),
+				 errdetail("The wait for synchronous replication of WAL up to %X/%X was cancelled.",
+						   LSN_FORMAT_ARGS(lsn)),
+				 errhint("Do not use the token this call would have returned: a failover could lose it. Call the function again.")));
 }
 
 /* ---------------------------------------------------------------------

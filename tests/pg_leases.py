@@ -33,6 +33,7 @@ import random
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -185,6 +186,44 @@ def scenario_dump(cl):
     R.ok(nb == tb + 1, "dump: the next grant after restore is above the restored one",
          "%r vs %r" % (nb, tb))
     d.close()
+
+
+# ---------------------------------------------------------------------------
+# c2) synchronous replication that never confirms
+
+def scenario_sync_cancelled(cl):
+    """A lease call whose wait for synchronous standbys is cancelled
+    (statement_timeout) must not hand out its token: a failover could lose
+    the grant and give the same token to another holder."""
+    c = cl.connect()
+    c.execute("CREATE EXTENSION fence")
+    c.execute("ALTER SYSTEM SET synchronous_standby_names = 'nosuch'")
+    c.execute("SELECT pg_reload_conf()")
+    time.sleep(0.5)
+    c.execute("SET statement_timeout = '500ms'")
+    # a commit waits for the standbys too, past statement_timeout: a
+    # watchdog cancels it, so that a regression fails instead of hanging
+    watchdog = threading.Timer(5, c.cancel)
+    watchdog.start()
+    try:
+        tok = c.execute("SELECT fence_acquire('sync:a', 'h1', 60000)").fetchone()[0]
+        state = None
+    except psycopg.Error as e:
+        tok, state = None, e.sqlstate
+    finally:
+        watchdog.cancel()
+    R.ok(tok is None and state == "57000",
+         "sync: a grant whose synchronous-standby wait is cancelled is an error (57000), "
+         "not a token", "token %r, sqlstate %r" % (tok, state))
+    # the session may choose not to wait, as it may for its commits
+    c.execute("SET synchronous_commit = local")
+    t0 = time.monotonic()
+    tok = c.execute("SELECT fence_acquire('sync:b', 'h1', 60000)").fetchone()[0]
+    R.ok(tok == 1 and time.monotonic() - t0 < 0.4,
+         "sync: with synchronous_commit = local a grant does not wait for standbys", "%r" % tok)
+    c.execute("ALTER SYSTEM RESET synchronous_standby_names")
+    c.execute("SELECT pg_reload_conf()")
+    c.close()
 
 
 # ---------------------------------------------------------------------------
@@ -378,6 +417,7 @@ def main():
         with_cluster("lease_crash", scenario_crash)
         with_cluster("lease_primary", scenario_failover)
         with_cluster("lease_dump", scenario_dump)
+        with_cluster("lease_sync", scenario_sync_cancelled)
         with_cluster("lease_workers", scenario_workers, args.workers, args.pauses, seed)
     except Exception:
         R.ok(False, "setup", traceback.format_exc())
