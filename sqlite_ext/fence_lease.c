@@ -33,8 +33,11 @@
  *     savepoint, which is then its own short transaction: released, it
  *     commits before the function returns.
  *   - Called from inside a writing statement (INSERT ... SELECT
- *     fence_acquire(...)), SQLite allows no savepoint; that statement's
- *     transaction already holds everything the call writes.
+ *     fence_acquire(...)), SQLite allows no savepoint, and a single-row
+ *     INSERT has no statement journal either: a call refused after its
+ *     write (a trigger or an authorizer changed what it wrote) would leave
+ *     that write behind. So the call is refused there, before it reads or
+ *     writes anything: lease calls run in a statement of their own.
  * Taking the lock as the first step of a transaction lets SQLite's busy
  * handler wait for it: the call waits at most the connection's busy
  * timeout, then fails with SQLITE_BUSY and changes nothing. A transaction
@@ -427,8 +430,8 @@ leaseNow(FenceConn *conn, sqlite3_int64 *pNow)
 
 /*
  * May the call open a savepoint? Not while a writing statement runs (SQLite
- * refuses one then: "SQL statements in progress"); that statement's
- * transaction holds the call's writes instead.
+ * refuses one then: "SQL statements in progress"), and then the call is
+ * refused.
  */
 static int
 leaseCanSavepoint(FenceConn *conn)
@@ -449,12 +452,10 @@ leaseCanSavepoint(FenceConn *conn)
  * whole, so the call changes nothing.
  */
 static int
-leaseEnd(FenceConn *conn, int bSavepoint, int bOwnTxn, int rc)
+leaseEnd(FenceConn *conn, int bOwnTxn, int rc)
 {
 	int			rc2;
 
-	if (!bSavepoint)
-		return rc;
 	rc2 = rc == SQLITE_OK ? SQLITE_OK : leaseTxnStep(conn, TXN_UNDO);
 	if (rc2 == SQLITE_OK)
 		rc2 = leaseTxnStep(conn, TXN_RELEASE);
@@ -475,6 +476,8 @@ enum LeaseOp
 	LEASE_RENEW,
 	LEASE_RELEASE
 };
+
+static const char *const kLeaseOpName[] = {"fence_acquire", "fence_renew", "fence_release"};
 
 /* A holder argument: TEXT, non-empty, at most FENCE_HOLDER_MAX bytes. */
 static int
@@ -536,7 +539,6 @@ leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 	sqlite3_int64 ttl = 0;
 	sqlite3_int64 now = 0;
 	int64_t		granted = 0;
-	int			bSavepoint;
 	int			bOwnTxn;
 	int			bExhausted = 0;
 	int			result = 0;
@@ -552,10 +554,23 @@ leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 		return;
 
 	bOwnTxn = sqlite3_get_autocommit(conn->db);
-	bSavepoint = leaseCanSavepoint(conn);
-	rc = SQLITE_OK;
+	if (!leaseCanSavepoint(conn))
+	{
+		char	   *zMsg = sqlite3_mprintf(
+			"fence: %s() cannot run inside a statement that writes (such as INSERT ... "
+			"SELECT %s(...)): SQLite gives it no savepoint there to undo a call that fails "
+			"half way; call it in a SELECT of its own and use its result in the next "
+			"statement", kLeaseOpName[op], kLeaseOpName[op]);
+
+		if (zMsg == NULL)
+			sqlite3_result_error_nomem(ctx);
+		else
+			fenceResultError(ctx, zMsg, SQLITE_ERROR);
+		sqlite3_free(zMsg);
+		return;
+	}
 	rc = leasePrepareTxn(conn);
-	if (rc == SQLITE_OK && bSavepoint)
+	if (rc == SQLITE_OK)
 		rc = leaseTxnStep(conn, TXN_BEGIN);
 	if (rc != SQLITE_OK)
 	{
@@ -598,7 +613,7 @@ leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 		rc = leaseWrite(conn, z, n, h, nh, token, op == LEASE_RENEW ? now + ttl : now);
 		result = 1;
 	}
-	rc = leaseEnd(conn, bSavepoint, bOwnTxn, rc);
+	rc = leaseEnd(conn, bOwnTxn, rc);
 	if (rc != SQLITE_OK)
 		fenceResultDbError(ctx, conn, rc);
 	else if (bExhausted)

@@ -18,7 +18,8 @@ returned:
   argument order before anything is read or written: no table is created,
   no row changes; a token space used up raises and writes nothing;
 - transactions: a call inside BEGIN is undone by ROLLBACK; an autocommit call
-  commits before it returns; a call inside a writing statement works;
+  commits before it returns; a call inside a writing statement is refused
+  (SQLite gives it no savepoint there to undo a half-done call);
 - two connections, in WAL and rollback-journal mode: the read and the write
   of a call are one step under the write lock (another connection calling
   in between waits, then sees the grant); the wait is bounded by the busy
@@ -263,11 +264,20 @@ def test_transactions(d):
     a.execute("COMMIT")
     time.sleep(0.01)
     ok(one(b, "SELECT fence_acquire('t', 'a', 1000)") == 2, "a committed renew in a transaction takes effect")
-    # inside a writing statement: no savepoint is possible; the statement's transaction holds it
+    # inside a writing statement SQLite allows no savepoint (and a one-row INSERT has no
+    # statement journal): a call that failed half way could not be undone, so it is refused
     a.execute("CREATE TABLE log(t INTEGER)")
-    a.execute("INSERT INTO log SELECT fence_acquire('w', 'a', 60000)")
-    ok(one(a, "SELECT t FROM log") == 1 and row(b, "w") is not None and row(b, "w")[1] == 1,
-       "a grant inside INSERT ... SELECT is written and committed with it")
+    snap = leases(b)
+    errs = []
+    for sql in ("INSERT INTO log SELECT fence_acquire('w', 'a', 60000)",
+                "INSERT INTO log VALUES (fence_renew('t', 'b', 2, 60000))",
+                "INSERT INTO log SELECT 1 WHERE fence_release('t', 'b', 2)"):
+        a.execute("BEGIN")
+        errs.append(raises(a, sql))
+        a.execute("COMMIT")
+    ok(all(e and "cannot run inside a statement that writes" in e[0] and e[1] == sqlite3.SQLITE_ERROR
+           for e in errs) and leases(b) == snap and one(a, "SELECT count(*) FROM log") == 0,
+       "a lease call inside a writing statement is refused before it reads or writes", errs)
     a.execute("BEGIN")
     one(a, "SELECT fence_check('held', 3)")
     one(a, "SELECT fence_acquire('held2', 'a', 1000)")
@@ -383,9 +393,12 @@ def test_attacks(d):
     errs = [raises(c, "SELECT fence_acquire('r', 'a', 60000)"),
             raises(c, "SELECT fence_renew('r', 'a', 1, 60000)"),
             raises(c, "SELECT fence_release('r', 'a', 1)")]
+    c.execute("BEGIN")
+    errs.append(raises(c, "SELECT fence_acquire('r', 'a', 60000)"))
+    c.execute("COMMIT")
     ok(all(e and "did not take effect as written" in e[0] for e in errs) and leases(c) == snap,
        "a trigger on fence_leases that rewrites fence's write is caught by the read-back: "
-       "refused, nothing changed", errs)
+       "refused, nothing changed (in autocommit and inside BEGIN)", errs)
     c.close()
 
     # a hand-made fence_leases is refused, not adopted
