@@ -64,7 +64,7 @@ if [ -x tests/lockservice/run.sh ]; then
 	step "fence behind etcd: workers paused past their lease" bash tests/lockservice/run.sh
 fi
 if [ -x tests/ha/run.sh ]; then
-	step "fence on a Patroni cluster: switchover, kill -9, SIGSTOP, asynchronous loss" bash tests/ha/run.sh
+	step "fence on a Patroni cluster: partition, switchover, kill -9, SIGSTOP, asynchronous loss" bash tests/ha/run.sh
 fi
 step "Debian packages: build, install, smoke-test the installed files" bash tests/deb_packages.sh
 step "examples/, each against the real servers it needs" "$PYTHON" examples/run.py

@@ -46,7 +46,9 @@ Faults, each while the writers run:
                            where the primary's WAL senders are stopped so
                            that acknowledged advances are lost for certain,
                            and the floor-raising procedure of
-                           docs/replication.md is run and checked
+                           docs/replication.md is run and checked; then a
+                           pg_dump taken before those advances is restored
+                           and the same procedure checked on it
 After each failover the old node's Patroni is started again; it rejoins as a
 replica (pg_rewind when its timeline diverged), and once it has replayed
 everything its ha_log and fence_tokens must equal the leader's.
@@ -932,6 +934,12 @@ def floor_run(rep, cluster, etcd_port, work):
         c.execute("COMMIT")
     wait_caught_up(lead, replicas[0])
     wait_caught_up(lead, replicas[1])
+    # a backup taken now: restored later, it has forgotten t_new as well
+    dump = os.path.join(work, "before.dump")
+    r = run((["runuser", "-u", "postgres", "--"] if IS_ROOT else []) +
+            [BINDIR + "/pg_dump", "-Fc", "-h", lead.host, "-p", str(lead.pg_port), "-U", "postgres",
+             "-d", DB, "-f", dump], cwd="/")
+    rep.ok(r.returncode == 0, "%s: pg_dump of the database before the lost advances" % label, r.stdout[-300:])
     # the primary's WAL senders stop sending (a replica's stopped receiver
     # would still find the WAL in its socket buffer when it resumes)
     with lead.connect("postgres") as c:
@@ -1010,11 +1018,59 @@ def floor_run(rep, cluster, etcd_port, work):
         c.execute("COMMIT")
         rep.ok(ok_fresh is True and t_fresh > floor,
                "%s: a holder that takes the lock again (token %d > floor) is accepted" % (label, t_fresh))
+        restore_run(rep, label, new, dump, ec, lk, r_kept, r_new, t_old, t_new, t_first)
     lk.close()
     ec.close()
     faults = Faults(rep, cluster, None)
     lead2 = faults.rejoin(lead, label)
     check_agrees(rep, label, lead2, lead)
+
+
+def restore_run(rep, label, node, dump, ec, lk, r_kept, r_new, t_old, t_new, t_first):
+    """A restore from the backup taken before the advances: the same floor
+    procedure, the same zombie refused."""
+    label = label.replace("floor", "restore")
+    with node.connect("postgres") as a:
+        a.execute("DROP DATABASE IF EXISTS fenceha_restored")
+        a.execute("CREATE DATABASE fenceha_restored")
+    try:
+        r = run((["runuser", "-u", "postgres", "--"] if IS_ROOT else []) +
+                [BINDIR + "/pg_restore", "-h", node.host, "-p", str(node.pg_port), "-U", "postgres",
+                 "-d", "fenceha_restored", "--single-transaction", dump], cwd="/")
+        rep.ok(r.returncode == 0, "%s: pg_restore of the old backup" % label, r.stdout[-300:])
+        with node.connect("fenceha_restored") as c:
+            cur = c.execute("SELECT fence_current(%s), fence_current(%s)",
+                            (resource(r_kept), resource(r_new))).fetchone()
+            c.execute("BEGIN")
+            readmitted = c.execute("SELECT fence_try(%s, %s)", (resource(r_kept), t_old)).fetchone()[0]
+            c.execute("ROLLBACK")
+            rep.ok(cur == (t_old, None) and readmitted is True,
+                   "%s: the restored database has forgotten %d and %d and admits the zombie's %d again (%s)"
+                   % (label, t_new, t_first, t_old, cur))
+            floor = current_revision(ec)
+            c.execute("BEGIN")
+            c.execute(FLOOR_SQL, (floor, [resource(r) for r in range(RESOURCES + 1)]))
+            c.execute("COMMIT")
+            states = []
+            for rid, tok in ((r_kept, t_old), (r_kept, t_new), (r_new, t_first)):
+                try:
+                    c.execute("BEGIN")
+                    c.execute("SELECT fence_check(%s, %s)", (resource(rid), tok))
+                    states.append(None)
+                except Exception as e:
+                    states.append(getattr(e, "sqlstate", None))
+                c.execute("ROLLBACK")
+            rep.ok(states == [STALE] * 3, "%s: after the floor (%d) the zombie's token and every token "
+                   "granted before the restore are refused (%s)" % (label, floor, states))
+            t_fresh = lk.acquire(r_kept, lambda: False)
+            lk.release(r_kept, t_fresh)
+            c.execute("BEGIN")
+            fresh = c.execute("SELECT fence_try(%s, %s)", (resource(r_kept), t_fresh)).fetchone()[0]
+            c.execute("COMMIT")
+            rep.ok(fresh is True, "%s: a holder that takes the lock again (%d) is accepted" % (label, t_fresh))
+    finally:
+        with node.connect("postgres") as a:
+            a.execute("DROP DATABASE IF EXISTS fenceha_restored WITH (FORCE)")
 
 
 def current_revision(ec):
