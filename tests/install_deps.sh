@@ -60,6 +60,8 @@ if [ "$what" = check ]; then
 	# package only recommends)
 	has command -v patroni || need+=(patroni)
 	pyhas etcd || need+=(python3-etcd)
+	# and its network partition: ip netns, veth pairs
+	has command -v ip || need+=(iproute2)
 	# examples/ in C: libpq's headers and library
 	has test -e /usr/include/postgresql/libpq-fe.h || need+=(libpq-dev)
 	# tests/deb_packages.sh: dpkg-buildpackage with debhelper and pg_buildext
