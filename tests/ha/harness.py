@@ -850,6 +850,7 @@ def sync_run(rep, cluster, etcd_port, work, args):
         else:
             for kind in args.plan.split(","):
                 do(faults, kind, writers, label, rejoined)
+        lease_check(rep, cluster, writers, faults, label)
         time.sleep(1)
     finally:
         events = writers.stop()
@@ -863,6 +864,27 @@ def sync_run(rep, cluster, etcd_port, work, args):
     for n in cluster.nodes:
         if n is not lead:
             check_agrees(rep, label, lead, n)
+
+
+def lease_check(rep, cluster, writers, faults, label):
+    """fence_leases through a switchover in synchronous_mode: a lease granted
+    on the old primary is still live on the new one (another holder gets
+    NULL, the same holder its lease back), and the next grant is greater."""
+    lead = cluster.wait_healthy()
+    with lead.connect() as c:
+        t1 = c.execute("SELECT fence_acquire('ha-lease', 'h1', 600000)").fetchone()[0]
+    faults.switchover(writers, label + " leases")
+    new = cluster.wait_healthy()
+    with new.connect() as c:
+        other = c.execute("SELECT fence_acquire('ha-lease', 'h2', 600000)").fetchone()[0]
+        again = c.execute("SELECT fence_acquire('ha-lease', 'h1', 600000)").fetchone()[0]
+        released = c.execute("SELECT fence_release('ha-lease', 'h1', %s)", (t1,)).fetchone()[0]
+        t2 = c.execute("SELECT fence_acquire('ha-lease', 'h2', 600000)").fetchone()[0]
+    rep.ok(t1 is not None and other is None and again == t1 and released is True and t2 is not None
+           and t2 > t1,
+           "%s: a lease granted on %s (token %s) survives the switchover to %s: another holder gets %s, "
+           "the holder its lease back (%s), after release the next grant is %s"
+           % (label, lead.name, t1, new.name, other, again, t2))
 
 
 def do(faults, kind, writers, label, rejoined):
