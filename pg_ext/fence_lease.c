@@ -79,8 +79,6 @@
 #define FENCE_LEASE_LOCK_CLASS 0x464c
 #define FENCE_LEASE_LOCK_SEED 0x6c65617365ULL
 
-#define FENCE_HOLDER_MAX 256
-#define FENCE_TTL_MAX_MS ((int64) PG_INT32_MAX)
 
 #define Anum_fence_leases_resource		1
 #define Anum_fence_leases_holder		2
@@ -109,27 +107,31 @@ forget_leases_relid(Datum arg, Oid relid)
  * Arguments
  * ------------------------------------------------------------------ */
 
+/*
+ * Invalid holders and ttls: core's wording (the same in both engines), with
+ * PostgreSQL's codes: 22004 for NULL, 22023 otherwise.
+ */
 static void
-report_invalid_holder(const char *why) pg_attribute_noreturn();
+report_invalid_lease(const char *msg, FenceProblem problem) pg_attribute_noreturn();
 
 static void
-report_invalid_holder(const char *why)
+report_invalid_lease(const char *msg, FenceProblem problem)
 {
 	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid fencing lease holder: %s", why),
-			 errhint("A holder names who holds the lease, 1 to %d bytes, e.g. host:pid.",
-					 FENCE_HOLDER_MAX)));
+			(errcode(problem == FENCE_NULL ? ERRCODE_NULL_VALUE_NOT_ALLOWED
+					 : ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg_internal("%s", msg)));
 	pg_unreachable();
 }
 
 static void
 holder_set(FenceHolder *holder, const char *s, size_t len)
 {
-	if (len == 0)
-		report_invalid_holder("empty string");
-	if (len > FENCE_HOLDER_MAX)
-		report_invalid_holder(psprintf("%zu bytes, at most %d allowed", len, FENCE_HOLDER_MAX));
+	FenceProblem problem = fence_check_holder(s, len);
+	char		msg[FENCE_MSG_MAX];
+
+	if (problem != FENCE_VALID)
+		report_invalid_lease(fence_msg_invalid_holder(msg, problem, len), problem);
 	memset(holder, 0, sizeof(FenceHolder));
 	holder->len = (int16) len;
 	memcpy(holder->data, s, len);
@@ -142,9 +144,7 @@ holder_arg(FunctionCallInfo fcinfo, int n)
 	text	   *t;
 
 	if (PG_ARGISNULL(n))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("invalid fencing lease holder: NULL")));
+		holder_set(&holder, NULL, 0);
 	t = PG_GETARG_TEXT_PP(n);
 	holder_set(&holder, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
 	return holder;
@@ -153,19 +153,15 @@ holder_arg(FunctionCallInfo fcinfo, int n)
 static int64
 ttl_arg(FunctionCallInfo fcinfo, int n)
 {
+	char		msg[FENCE_MSG_MAX];
 	int64		ttl;
 
 	if (PG_ARGISNULL(n))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("invalid fencing lease ttl: NULL")));
+		report_invalid_lease(fence_msg_invalid_ttl(msg, FENCE_NULL, 0), FENCE_NULL);
 	ttl = PG_GETARG_INT64(n);
-	if (ttl < 1 || ttl > FENCE_TTL_MAX_MS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid fencing lease ttl: " INT64_FORMAT " ms", ttl),
-				 errdetail("A lease lasts 1 to " INT64_FORMAT " milliseconds.",
-						   FENCE_TTL_MAX_MS)));
+	if (fence_check_ttl(ttl) != FENCE_VALID)
+		report_invalid_lease(fence_msg_invalid_ttl(msg, FENCE_OUT_OF_RANGE, ttl),
+							 FENCE_OUT_OF_RANGE);
 	return ttl;
 }
 
@@ -358,73 +354,72 @@ report_tokens_used(const LeaseCall *call) pg_attribute_noreturn();
 static void
 report_tokens_used(const LeaseCall *call)
 {
-	int			shown = pg_mbcliplen(call->resource, (int) call->len, 200);
+	char		msg[FENCE_MSG_MAX];
 
 	ereport(ERROR,
 			(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-			 errmsg("invalid fencing token: every token of resource \"%.*s\" is used",
-					shown, call->resource),
+			 errmsg_internal("%s", fence_msg_exhausted(msg, call->resource, call->len)),
 			 errdetail("The highest granted or accepted token is 9223372036854775807."),
 			 errhint("Use another resource name.")));
 	pg_unreachable();
 }
 
 /*
- * Decide the call against the row's lease (NULL: no row). Returns whether
- * the lease changes; *next is what it becomes, *result the call's result
- * (the token for an acquire, 1 for true, 0 for false, -1 for NULL, -2 when
- * the resource has used every token). It reads nothing: it runs while the
- * row's buffer is locked.
+ * Decide the call against the row's lease (NULL: no row) with core's rules,
+ * the same as SQLite's. Returns whether the lease changes; *next is what it
+ * becomes, *result the call's result (the token for an acquire, 1 for true,
+ * 0 for false, -1 for NULL, -2 when the resource has used every token). It
+ * reads nothing: it runs while the row's buffer is locked. Times are
+ * TimestampTz (microseconds); core only compares and copies them.
  */
 static bool
 lease_decide(const LeaseCall *call, const Lease *row, Lease *next, int64 *result)
 {
-	bool		live = row != NULL && call->now < row->expires_at;
-	bool		mine = live && same_holder(&row->holder, &call->holder);
+	FenceLease	core_row;
+	FenceLease *rowp = NULL;
 
-	switch (call->op)
+	if (row)
 	{
-		case LEASE_ACQUIRE:
-			if (live && !mine)
-			{
+		core_row.holder = row->holder.data;
+		core_row.holder_len = row->holder.len;
+		core_row.token = row->token;
+		core_row.expires_at = row->expires_at;
+		rowp = &core_row;
+	}
+	if (call->op == LEASE_ACQUIRE)
+	{
+		int64_t		token;
+
+		switch (fence_lease_grant(rowp, call->has_highest, call->highest,
+								  call->holder.data, call->holder.len, call->now, &token))
+		{
+			case FENCE_GRANT_BUSY:
 				*result = -1;
 				return false;
-			}
-			next->holder = call->holder;
-			next->expires_at = call->now + call->ttl_ms * INT64CONST(1000);
-			if (mine)
-				next->token = row->token;
-			else
-			{
-				/* above every token granted (the row's) or accepted */
-				int64		top = row ? row->token : 0;
-
-				if (call->has_highest && call->highest > top)
-					top = call->highest;
-				if (top == PG_INT64_MAX)
-				{
-					*result = -2;
-					return false;
-				}
-				next->token = top + 1;
-			}
-			*result = next->token;
-			return true;
-		case LEASE_RENEW:
-		case LEASE_RELEASE:
-			if (!mine || row->token != call->token)
-			{
-				*result = 0;
+			case FENCE_GRANT_EXHAUSTED:
+				*result = -2;
 				return false;
-			}
-			*next = *row;
-			next->expires_at = call->op == LEASE_RENEW
-				? call->now + call->ttl_ms * INT64CONST(1000)
-				: call->now;
-			*result = 1;
-			return true;
+			case FENCE_GRANT_NEW:
+			case FENCE_GRANT_EXTEND:
+				break;
+		}
+		next->holder = call->holder;
+		next->token = token;
+		next->expires_at = call->now + call->ttl_ms * INT64CONST(1000);
+		*result = token;
+		return true;
 	}
-	pg_unreachable();
+	if (!fence_lease_owned(rowp, call->holder.data, call->holder.len, call->token, call->now))
+	{
+		*result = 0;
+		return false;
+	}
+	*next = *row;
+	next->expires_at = call->op == LEASE_RENEW
+		? call->now + call->ttl_ms * INT64CONST(1000)
+		: call->now;
+	*result = 1;
+	return true;
 }
 
 /* The first grant of a resource: a frozen row, visible to all at once. */
