@@ -554,6 +554,7 @@ leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 		return;
 
 	bOwnTxn = sqlite3_get_autocommit(conn->db);
+
 	if (!leaseCanSavepoint(conn))
 	{
 		char	   *zMsg = sqlite3_mprintf(
@@ -567,6 +568,24 @@ leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 		else
 			fenceResultError(ctx, zMsg, SQLITE_ERROR);
 		sqlite3_free(zMsg);
+		return;
+	}
+	/*
+	 * A grant must not be rolled back once its caller has seen the token:
+	 * the next grant would hand the same token to another holder, and the
+	 * fence accepts equal tokens. So fence_acquire commits its own grant,
+	 * and refuses to run inside a transaction whose ROLLBACK would take it
+	 * back. Renewals and releases only change how long a lease lives; a
+	 * rolled-back one costs liveness, never safety, and may run anywhere.
+	 */
+	if (op == LEASE_ACQUIRE && !bOwnTxn)
+	{
+		fenceResultError(ctx,
+						 "fence: fence_acquire() cannot run inside an open transaction: a "
+						 "ROLLBACK would take back a grant whose token the caller has seen, "
+						 "and the same token could then be granted to another holder; call it "
+						 "in autocommit mode (Python: isolation_level=None, or commit first)",
+						 SQLITE_ERROR);
 		return;
 	}
 	rc = leasePrepareTxn(conn);

@@ -248,12 +248,29 @@ def test_transactions(d):
     path = os.path.join(d, "txn.db")
     a = connect(path)
     b = connect(path)
-    a.execute("BEGIN")
-    ok(one(a, "SELECT fence_acquire('t', 'a', 60000)") == 1, "a grant inside BEGIN")
-    a.execute("ROLLBACK")
-    ok(leases(b) is None, "ROLLBACK undoes the grant (and the table it created on first use)")
+    # a grant inside a transaction could be rolled back after its caller saw
+    # the token, and the token then granted again: it is refused there
+    for begin in ("BEGIN", "BEGIN IMMEDIATE", "SAVEPOINT s"):
+        a.execute(begin)
+        e = raises(a, "SELECT fence_acquire('t', 'a', 60000)")
+        a.execute("ROLLBACK")
+        ok(e and "cannot run inside an open transaction" in e[0] and e[1] == sqlite3.SQLITE_ERROR
+           and leases(b) is None, "fence_acquire inside %s is refused, nothing written" % begin, e)
+    # Python's default mode: an earlier INSERT opened a transaction
+    py = sqlite3.connect(path)
+    py.enable_load_extension(True)
+    py.load_extension(EXTENSION)
+    py.execute("CREATE TABLE IF NOT EXISTS seen(x)")
+    py.execute("INSERT INTO seen VALUES (1)")
+    e = raises(py, "SELECT fence_acquire('t', 'a', 60000)")
+    py.rollback()
+    py.close()
+    ok(e and "cannot run inside an open transaction" in e[0] and leases(b) is None,
+       "in Python's default mode, after an INSERT opened a transaction, fence_acquire is refused", e)
     ok(one(b, "SELECT fence_acquire('t', 'b', 60000)") == 1,
-       "after the rollback the resource is free: the rolled-back grant never existed")
+       "in autocommit mode the first grant is 1, and it is committed when the call returns")
+    ok(one(a, "SELECT fence_acquire('t', 'a', 60000)") is None,
+       "another connection sees that grant at once: no token is handed out twice")
     a.execute("BEGIN")
     ok(one(a, "SELECT fence_release('t', 'b', 1)") == 1, "release inside BEGIN")
     a.execute("ROLLBACK")
@@ -280,7 +297,7 @@ def test_transactions(d):
        "a lease call inside a writing statement is refused before it reads or writes", errs)
     a.execute("BEGIN")
     one(a, "SELECT fence_check('held', 3)")
-    one(a, "SELECT fence_acquire('held2', 'a', 1000)")
+    one(a, "SELECT fence_renew('t', 'b', 2, 1000)")
     held = a.execute("SELECT resource FROM fence_held").fetchall()
     a.execute("COMMIT")
     ok(held == [("held",)], "a lease call in a fenced transaction adds no fence", held)
@@ -394,7 +411,7 @@ def test_attacks(d):
             raises(c, "SELECT fence_renew('r', 'a', 1, 60000)"),
             raises(c, "SELECT fence_release('r', 'a', 1)")]
     c.execute("BEGIN")
-    errs.append(raises(c, "SELECT fence_acquire('r', 'a', 60000)"))
+    errs.append(raises(c, "SELECT fence_renew('r', 'a', 1, 60000)"))
     c.execute("COMMIT")
     ok(all(e and "did not take effect as written" in e[0] for e in errs) and leases(c) == snap,
        "a trigger on fence_leases that rewrites fence's write is caught by the read-back: "

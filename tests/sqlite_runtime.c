@@ -549,8 +549,9 @@ testOutOfMemory(void)
 
 /*
  * Lease calls on the base database (r at 10): grants, a renew, a release,
- * a fenced first write at a granted token, a read of fence_stats, a grant
- * rolled back. Whatever
+ * a fenced first write at a granted token, a read of fence_stats, a renew
+ * of a resource never leased, rolled back (a grant inside a transaction
+ * is refused). Whatever
  * allocation fails, what committed must keep the lease rules: r's lease
  * token, when there is one, is above the 10 accepted before any grant and
  * no lower than r's highest accepted; the rolled-back resource m has no
@@ -561,11 +562,11 @@ static const char *const leaseWorkload[] = {
 	"SELECT fence_acquire('r', 'a', 60000)",
 	"SELECT fence_renew('r', 'a', 11, 60000)",
 	"SELECT fence_acquire('r', 'b', 60000)",
-	"BEGIN", "SELECT fence_check('r', fence_acquire('r', 'a', 60000))", "COMMIT",
+	"SELECT fence_check('r', fence_acquire('r', 'a', 60000))",
 	"SELECT * FROM fence_stats",
 	"SELECT fence_release('r', 'a', 11)",
 	"SELECT fence_acquire('r', 'b', 60000)",
-	"BEGIN", "SELECT fence_acquire('m', 'b', 60000)", "ROLLBACK",
+	"BEGIN", "SELECT fence_renew('m', 'b', 1, 60000)", "ROLLBACK",
 	"SELECT fence_acquire('r', 'b', 60000)",
 };
 
