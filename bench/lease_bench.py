@@ -22,9 +22,10 @@ calls back to back:
               it back, the token being its mod_revision (the README's
               "Where the token comes from"); then the fenced write into the
               store; then LeaseRevoke (which deletes the key)
-      fence   in one transaction: fence_acquire(resource, holder, 10000),
-              then the same fenced write's fence_check and UPDATE, COMMIT;
-              then fence_release
+      fence   fence_acquire(resource, holder, 10000) and the same fenced
+              write's fence_check and UPDATE in one transaction (PostgreSQL;
+              SQLite: fence_acquire in autocommit, a commit of its own, then
+              the fenced write's transaction); then fence_release
       The fenced write is the same in both: BEGIN; SELECT fence_check(r,
       token); UPDATE lease_bench SET n = n + 1, tok = token WHERE id = cell;
       COMMIT. Each store (PostgreSQL fsync on/off, SQLite FULL/NORMAL) has
@@ -310,12 +311,14 @@ class SqliteStore:
 
     @staticmethod
     def cycle(c, cell, resource, steps):
+        # SQLite's fence_acquire runs in autocommit only (a rolled-back grant
+        # could hand its token out twice): its grant is a commit of its own
+        token = c.execute("SELECT fence_acquire(?, ?, ?)", (resource, HOLDER, TTL_MS)).fetchone()[0]
+        if token is None:
+            raise RuntimeError("fence_acquire(%r) returned NULL: the lease is not free" % resource)
+        steps.append(time.perf_counter_ns())
         c.execute("BEGIN")
         try:
-            token = c.execute("SELECT fence_acquire(?, ?, ?)", (resource, HOLDER, TTL_MS)).fetchone()[0]
-            if token is None:
-                raise RuntimeError("fence_acquire(%r) returned NULL: the lease is not free" % resource)
-            steps.append(time.perf_counter_ns())
             c.execute("SELECT fence_check(?, ?)", (resource, token)).fetchall()
             c.execute("UPDATE lease_bench SET n = n + 1, tok = ? WHERE id = ?", (token, cell))
             c.execute("COMMIT")

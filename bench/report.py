@@ -476,7 +476,7 @@ def lease_markdown(path):
       "latencies in ms, calls per second = calls / time in them.")
     w("")
     w("Acquire + first fenced write + release (etcd: LeaseGrant, put-if-absent Txn for the "
-      "mod_revision, the write, LeaseRevoke; fence: fence_acquire, fence_check and the UPDATE "
+      "mod_revision, the write, LeaseRevoke; fence: fence_acquire, fence_check and the UPDATE (SQLite: fence_acquire in a commit of its own) "
       "in one transaction, fence_release). The write is `BEGIN; fence_check; UPDATE; COMMIT` "
       "into the same store in both. Ratio: in-database over etcd, cycles per second, with "
       "the lowest and highest per-round ratio in brackets.")
