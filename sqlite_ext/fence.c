@@ -694,6 +694,23 @@ hintSlot(const char *z, int n)
 	return h % FENCE_HINTS;
 }
 
+/*
+ * Is a database other than main and temp attached? Then an accept must hold
+ * main's write lock whatever the token: an attached database has a pager
+ * of its own, and a write through it starts on the newest snapshot, so the
+ * snapshot main's read pinned would not stop the transaction from
+ * committing a write after a newer token committed (WAL). ATTACH is not
+ * allowed inside a transaction, so what the first accept sees holds for the
+ * whole transaction. sqlite3_db_name is 3.39's; before it, assume there is.
+ */
+static int
+otherSchemaAttached(sqlite3 *db)
+{
+	if (sqlite3_libversion_number() < 3039000)
+		return 1;
+	return sqlite3_db_name(db, 2) != NULL;
+}
+
 /* Did this connection last see z's highest at or above token? */
 static int
 hintAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
@@ -764,8 +781,10 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		fence_held_get(&conn->held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
-	rc = fenceHeldEnlist(conn, sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_NONE &&
-						  !hintAtLeast(conn, z, n, token));
+	rc = fenceHeldEnlist(conn, !conn->bEnlisted &&
+						 ((sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_NONE &&
+						   !hintAtLeast(conn, z, n, token)) ||
+						  otherSchemaAttached(conn->db)));
 	if (rc == SQLITE_OK && conn->bBroken)
 		rc = FENCE_RC_BROKEN;
 	if (rc == SQLITE_OK)

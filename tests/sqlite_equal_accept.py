@@ -238,10 +238,76 @@ def fallback(mode):
     c.close()
 
 
+# ---------------------------------------------------------------------
+# writes through an attached schema (found by an attack review)
+# ---------------------------------------------------------------------
+def advance_elsewhere(path, token):
+    """Another process: fence at token and write the main file."""
+    b = connect(path, 5)
+    try:
+        b.execute("BEGIN")
+        b.execute("SELECT fence_check('r', ?)", (token,)).fetchall()
+        b.execute("INSERT INTO log VALUES (?, 'B')", (token,))
+        b.execute("COMMIT")
+    except sqlite3.Error:
+        pass
+    b.close()
+
+
+def attached(mode):
+    """An attached schema has a pager of its own: a write there starts on the
+    newest snapshot whatever main's. A transaction fenced at the highest (an
+    equal accept) that writes through it must still not commit after a
+    newer token committed: either its write or the newer one fails."""
+    for target, read_first in (("self", False), ("other", False), ("other", True)):
+        path = fresh(mode)
+        aux = path + ".aux" if target == "other" else path
+        for p in {path, aux}:
+            c = sqlite3.connect(p, isolation_level=None)
+            c.execute("PRAGMA journal_mode=%s" % mode).fetchall()
+            c.execute("CREATE TABLE IF NOT EXISTS log(tok, who)")
+            c.close()
+        a = connect(path, seen=5)
+        a.execute("ATTACH ? AS aux", (aux,))
+        a.execute("SELECT fence_check('r', 5)").fetchall()      # a has seen 5
+        err_a = None
+        try:
+            a.execute("BEGIN")
+            if read_first:
+                a.execute("SELECT count(*) FROM main.ledger").fetchall()
+            a.execute("SELECT fence_check('r', 5)").fetchall()  # equal accept
+        except sqlite3.Error as e:
+            err_a = str(e)
+        proc = multiprocessing.get_context("fork").Process(target=advance_elsewhere,
+                                                           args=(path, 6))
+        proc.start()
+        proc.join(30)
+        if err_a is None:
+            try:
+                a.execute("INSERT INTO aux.log VALUES (5, 'A')")
+                a.execute("COMMIT")
+            except sqlite3.Error as e:
+                err_a = str(e)
+                try:
+                    a.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+        a.close()
+        c = sqlite3.connect(path, isolation_level=None, timeout=5)
+        highest = c.execute("SELECT token FROM fence_tokens WHERE resource = 'r'").fetchone()[0]
+        c.close()
+        a_rows = sqlite3.connect(aux).execute("SELECT count(*) FROM log WHERE who = 'A'").fetchone()[0]
+        # the invariant: A's write at 5 and B's advance to 6 did not both commit
+        ok(not (a_rows and highest == 6),
+           "%s: an equal accept then a write through an attached schema (%s file%s) does "
+           "not commit after a newer token" % (mode, target, ", main read first" if read_first else ""),
+           "A wrote %d rows, highest %s, A's error %r" % (a_rows, highest, err_a))
+
+
 def main():
     try:
         for mode in ("WAL", "DELETE"):
-            for part in (connections, processes, fallback):
+            for part in (connections, processes, fallback, attached):
                 try:
                     part(mode)
                 except Exception as e:
