@@ -90,8 +90,8 @@ fence_validate_resource(const char *resource, size_t len)
 }
 
 /* The resource argument n, validated; *len its length in bytes. */
-static char *
-resource_arg(FunctionCallInfo fcinfo, int n, size_t *len)
+char *
+fence_resource_arg(FunctionCallInfo fcinfo, int n, size_t *len)
 {
 	text	   *t;
 
@@ -103,8 +103,9 @@ resource_arg(FunctionCallInfo fcinfo, int n, size_t *len)
 	return VARDATA_ANY(t);
 }
 
-static int64
-token_arg(FunctionCallInfo fcinfo, int n)
+/* The token argument n, validated. */
+int64
+fence_token_arg(FunctionCallInfo fcinfo, int n)
 {
 	int64		token;
 
@@ -125,8 +126,8 @@ Datum
 fence_check(PG_FUNCTION_ARGS)
 {
 	size_t		len;
-	char	   *resource = resource_arg(fcinfo, 0, &len);
-	int64		token = token_arg(fcinfo, 1);
+	char	   *resource = fence_resource_arg(fcinfo, 0, &len);
+	int64		token = fence_token_arg(fcinfo, 1);
 	FenceOutcome outcome = fence_accept(resource, len, token);
 
 	if (outcome.stale)
@@ -139,8 +140,8 @@ Datum
 fence_try(PG_FUNCTION_ARGS)
 {
 	size_t		len;
-	char	   *resource = resource_arg(fcinfo, 0, &len);
-	int64		token = token_arg(fcinfo, 1);
+	char	   *resource = fence_resource_arg(fcinfo, 0, &len);
+	int64		token = fence_token_arg(fcinfo, 1);
 
 	PG_RETURN_BOOL(!fence_accept(resource, len, token).stale);
 }
@@ -150,7 +151,7 @@ Datum
 fence_current(PG_FUNCTION_ARGS)
 {
 	size_t		len;
-	char	   *resource = resource_arg(fcinfo, 0, &len);
+	char	   *resource = fence_resource_arg(fcinfo, 0, &len);
 	int64		highest;
 
 	if (!fence_read_highest(resource, len, &highest))
@@ -163,7 +164,7 @@ Datum
 fence_reset(PG_FUNCTION_ARGS)
 {
 	size_t		len;
-	char	   *resource = resource_arg(fcinfo, 0, &len);
+	char	   *resource = fence_resource_arg(fcinfo, 0, &len);
 
 	fence_forget(resource, len);
 	PG_RETURN_VOID();

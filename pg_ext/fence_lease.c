@@ -165,32 +165,6 @@ ttl_arg(FunctionCallInfo fcinfo, int n)
 	return ttl;
 }
 
-static char *
-lease_resource_arg(FunctionCallInfo fcinfo, int n, size_t *len)
-{
-	text	   *t;
-
-	if (PG_ARGISNULL(n))
-		fence_report_invalid("resource", FENCE_NULL, 0, 0);
-	t = PG_GETARG_TEXT_PP(n);
-	*len = VARSIZE_ANY_EXHDR(t);
-	fence_validate_resource(VARDATA_ANY(t), *len);
-	return VARDATA_ANY(t);
-}
-
-static int64
-lease_token_arg(FunctionCallInfo fcinfo, int n)
-{
-	int64		token;
-
-	if (PG_ARGISNULL(n))
-		fence_report_invalid("token", FENCE_NULL, 0, 0);
-	token = PG_GETARG_INT64(n);
-	if (fence_check_token(token) != FENCE_VALID)
-		fence_report_invalid("token", FENCE_NEGATIVE, 0, token);
-	return token;
-}
-
 /* ---------------------------------------------------------------------
  * The table
  * ------------------------------------------------------------------ */
@@ -545,7 +519,7 @@ fence_acquire(PG_FUNCTION_ARGS)
 	LeaseCall	call = {LEASE_ACQUIRE};
 	int64		result;
 
-	call.resource = lease_resource_arg(fcinfo, 0, &call.len);
+	call.resource = fence_resource_arg(fcinfo, 0, &call.len);
 	call.holder = holder_arg(fcinfo, 1);
 	call.ttl_ms = ttl_arg(fcinfo, 2);
 	result = lease_call(&call);
@@ -560,9 +534,9 @@ fence_renew(PG_FUNCTION_ARGS)
 {
 	LeaseCall	call = {LEASE_RENEW};
 
-	call.resource = lease_resource_arg(fcinfo, 0, &call.len);
+	call.resource = fence_resource_arg(fcinfo, 0, &call.len);
 	call.holder = holder_arg(fcinfo, 1);
-	call.token = lease_token_arg(fcinfo, 2);
+	call.token = fence_token_arg(fcinfo, 2);
 	call.ttl_ms = ttl_arg(fcinfo, 3);
 	PG_RETURN_BOOL(lease_call(&call) == 1);
 }
@@ -573,9 +547,9 @@ fence_release(PG_FUNCTION_ARGS)
 {
 	LeaseCall	call = {LEASE_RELEASE};
 
-	call.resource = lease_resource_arg(fcinfo, 0, &call.len);
+	call.resource = fence_resource_arg(fcinfo, 0, &call.len);
 	call.holder = holder_arg(fcinfo, 1);
-	call.token = lease_token_arg(fcinfo, 2);
+	call.token = fence_token_arg(fcinfo, 2);
 	PG_RETURN_BOOL(lease_call(&call) == 1);
 }
 

@@ -10,6 +10,7 @@
 
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "utils/rel.h"
 
 #include "../core/fence_core.h"
@@ -73,5 +74,7 @@ extern void fence_report_missing(Relation rel, FenceMissing why, const char *res
 extern void fence_report_invalid(const char *what, FenceProblem problem, size_t len,
 								 int64 token) pg_attribute_noreturn();
 extern void fence_validate_resource(const char *resource, size_t len);
+extern char *fence_resource_arg(FunctionCallInfo fcinfo, int n, size_t *len);
+extern int64 fence_token_arg(FunctionCallInfo fcinfo, int n);
 
 #endif							/* FENCE_PG_H */
