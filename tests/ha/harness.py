@@ -365,9 +365,12 @@ class Node:
             argv = ["ip", "netns", "exec", self.netns, "setpriv", "--reuid", "postgres", "--regid",
                     "postgres", "--init-groups", "--"] + argv
             user = None
+        # from a directory postgres can enter: the checkout may be one it
+        # cannot (a clone under /root or a mktemp -d), and Patroni's
+        # multiprocessing children die at once when they cannot chdir back
         self.proc = ls.CHILDREN.spawn("patroni " + self.name, argv, log=logf,
                                       pdeathsig="TERM", user=user, graceful=signal.SIGTERM,
-                                      grace=40)
+                                      grace=40, cwd=self.dir)
 
     def api(self, method="GET", path="/", body=None):
         return http(method, "http://%s:%d%s" % (self.host, self.api_port, path), body)

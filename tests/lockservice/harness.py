@@ -511,14 +511,14 @@ class Children:
         self.lock = threading.Lock()
 
     def spawn(self, label, argv, log=None, pdeathsig="KILL", user=None, graceful=signal.SIGTERM,
-              grace=10.0, stdin=subprocess.DEVNULL, stdout=None):
+              grace=10.0, stdin=subprocess.DEVNULL, stdout=None, cwd=None):
         pre = ["setpriv", "--pdeathsig", pdeathsig]
         if user and IS_ROOT:
             pre += ["--reuid", user, "--regid", user, "--init-groups"]
         out = stdout if stdout is not None else (log if log is not None else subprocess.DEVNULL)
         err = log if log is not None else subprocess.DEVNULL
         p = subprocess.Popen(pre + ["--"] + argv, stdin=stdin, stdout=out, stderr=err,
-                             start_new_session=True)
+                             start_new_session=True, cwd=cwd)
         with self.lock:
             self.items.append((label, p, graceful, grace))
         return p
