@@ -24,9 +24,29 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
+/*
+ * Which copy of this library initialised this process. When
+ * shared_preload_libraries loads one fence.so and CREATE EXTENSION another
+ * (a package and a build both installed, an absolute path in the setting),
+ * the second copy's code would run partly against the first copy's state
+ * (the first loaded definition of a global name wins) and install its hooks
+ * twice, which crashed the backend. Refuse the second copy instead, with a
+ * message that says how to fix the setting (tests/pg_two_copies.py).
+ */
+static const char thisCopy[] = "fence";
+
 void
 _PG_init(void)
 {
+	void	  **loaded = find_rendezvous_variable("fence library");
+
+	if (*loaded != NULL && *loaded != (void *) thisCopy)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("fence: another copy of fence's library is already loaded in this server process"),
+				 errdetail("shared_preload_libraries (or an earlier LOAD) named a different fence.so file than the one the extension's functions use."),
+				 errhint("Name the library the same way everywhere, e.g. shared_preload_libraries = 'fence', and restart the server.")));
+	*loaded = (void *) thisCopy;
 	fence_xact_init();
 	fence_executor_init();
 	fence_stats_init();
