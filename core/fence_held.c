@@ -33,6 +33,21 @@ fence_held_init_buffers(FenceHeld *held, const FenceAllocator *mem, FenceHeldEnt
 		buckets[i] = -1;
 }
 
+void
+fence_held_use_names(FenceHeld *held, char *names, size_t size)
+{
+	held->names = names;
+	held->names_size = size;
+	held->names_used = 0;
+}
+
+/* Is this resource's copy in the caller's name buffer? */
+static int
+held_name_buffered(const FenceHeld *held, const char *p)
+{
+	return held->names != NULL && p >= held->names && p < held->names + held->names_size;
+}
+
 static uint32_t
 held_hash(const char *z, size_t n)
 {
@@ -96,12 +111,11 @@ held_rehash(FenceHeld *held, int n_buckets)
 	return 0;
 }
 
-int
-fence_held_set(FenceHeld *held, const char *resource, size_t len, int64_t token,
-			   uint32_t tag)
+static int
+held_set_hashed(FenceHeld *held, const char *resource, size_t len, uint32_t h,
+				int64_t token, uint32_t tag)
 {
 	FenceHeldEntry *e;
-	uint32_t	h = held_hash(resource, len);
 	int			b;
 
 	if (held->n_entries >= held->n_alloc)
@@ -127,8 +141,12 @@ fence_held_set(FenceHeld *held, const char *resource, size_t len, int64_t token,
 		return -1;
 
 	e = &held->entries[held->n_entries];
-	e->resource = held->mem->alloc(len + 1);
-	if (e->resource == NULL)
+	if (held->names != NULL && len < held->names_size - held->names_used)
+	{
+		e->resource = held->names + held->names_used;
+		held->names_used += len + 1;
+	}
+	else if ((e->resource = held->mem->alloc(len + 1)) == NULL)
 		return -1;
 	memcpy(e->resource, resource, len);
 	e->resource[len] = '\0';
@@ -143,6 +161,13 @@ fence_held_set(FenceHeld *held, const char *resource, size_t len, int64_t token,
 	return 0;
 }
 
+int
+fence_held_set(FenceHeld *held, const char *resource, size_t len, int64_t token,
+			   uint32_t tag)
+{
+	return held_set_hashed(held, resource, len, held_hash(resource, len), token, tag);
+}
+
 void
 fence_held_truncate(FenceHeld *held, int n)
 {
@@ -153,7 +178,10 @@ fence_held_truncate(FenceHeld *held, int n)
 
 		/* appended last, so it heads its bucket */
 		held->buckets[b] = e->next_in_bucket;
-		held->mem->free(e->resource);
+		if (held_name_buffered(held, e->resource))
+			held->names_used = (size_t) (e->resource - held->names);
+		else
+			held->mem->free(e->resource);
 		held->n_entries--;
 	}
 }
@@ -207,7 +235,8 @@ int
 fence_held_replace(FenceHeld *held, const char *resource, size_t len, int64_t token,
 				   uint32_t tag)
 {
-	int			i = held_find(held, resource, len, held_hash(resource, len));
+	uint32_t	h = held_hash(resource, len);
+	int			i = held_find(held, resource, len, h);
 
 	/* no undo point lies between an entry and a later one of the same tag */
 	if (i >= 0 && held->entries[i].tag == tag)
@@ -215,5 +244,5 @@ fence_held_replace(FenceHeld *held, const char *resource, size_t len, int64_t to
 		held->entries[i].token = token;
 		return 0;
 	}
-	return fence_held_set(held, resource, len, token, tag);
+	return held_set_hashed(held, resource, len, h, token, tag);
 }

@@ -48,6 +48,10 @@ typedef struct FenceHeld
 	/* the caller's first arrays (fence_held_init_buffers): never freed */
 	FenceHeldEntry *first_entries;
 	int		   *first_buckets;
+	/* the caller's buffer for resources' copies (fence_held_use_names) */
+	char	   *names;
+	size_t		names_size;
+	size_t		names_used;		/* copies in names, in entry order */
 } FenceHeld;
 
 void		fence_held_init(FenceHeld *held, const FenceAllocator *mem);
@@ -61,6 +65,14 @@ void		fence_held_init(FenceHeld *held, const FenceAllocator *mem);
 void		fence_held_init_buffers(FenceHeld *held, const FenceAllocator *mem,
 									FenceHeldEntry *entries, int n_entries,
 									int *buckets, int n_buckets);
+
+/*
+ * Copy resources' names into the caller's buffer while they fit (in entry
+ * order, so that truncation gives the space back newest first), and through
+ * mem after that: a log of a few short resources then allocates nothing.
+ * Call right after fence_held_init or fence_held_init_buffers.
+ */
+void		fence_held_use_names(FenceHeld *held, char *names, size_t size);
 
 /* The token held for the resource, or -1 when it is not held. */
 int64_t		fence_held_get(const FenceHeld *held, const char *resource, size_t len);

@@ -37,14 +37,17 @@ static FenceHeld written;
 static bool heldReady = false;	/* held and written live in this transaction */
 
 /*
- * The held log's first arrays, reused by every transaction (the log of one
- * that ended is forgotten, never read again): a transaction with a few
- * fences allocates only the copies of their names. Larger arrays come from
- * TopTransactionContext and go with it.
+ * The held log's first arrays and the first copies of its resources' names,
+ * reused by every transaction (the log of one that ended is forgotten,
+ * never read again): a transaction with a few fences allocates nothing.
+ * Larger arrays and later names come from TopTransactionContext and go
+ * with it.
  */
 #define FIRST_ENTRIES 16
+#define FIRST_NAME_BYTES 1024
 static FenceHeldEntry firstEntries[FIRST_ENTRIES];
 static int	firstBuckets[FIRST_ENTRIES];
+static char firstNames[FIRST_NAME_BYTES];
 
 static void *
 xact_alloc(size_t size)
@@ -114,6 +117,7 @@ xact_ready(void)
 	{
 		fence_held_init_buffers(&held, &xactAllocator, firstEntries, FIRST_ENTRIES,
 								firstBuckets, FIRST_ENTRIES);
+		fence_held_use_names(&held, firstNames, FIRST_NAME_BYTES);
 		fence_held_init(&written, &xactAllocator);
 		heldReady = true;
 	}

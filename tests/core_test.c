@@ -153,6 +153,34 @@ testHeld(void)
 		expect(ok, "held: growing out of the caller's arrays keeps every entry");
 		fence_held_free(&held);
 	}
+
+	{
+		/* names: 8 bytes hold "r" and "abc" with their NULs, then no more */
+		char		names[8];
+
+		fence_held_init(&held, &testAllocator);
+		fence_held_use_names(&held, names, sizeof(names));
+		fence_held_set(&held, "r", 1, 5, 1);
+		fence_held_set(&held, "abc", 3, 6, 1);
+		fence_held_set(&held, "defg", 4, 7, 2);
+		expect(held.entries[0].resource == names && held.entries[1].resource == names + 2 &&
+			   held.entries[2].resource != names + 6 && held.names_used == 6 &&
+			   strcmp(held.entries[2].resource, "defg") == 0,
+			   "held: names go into the caller's buffer while they fit, then to mem");
+		expect(fence_held_get(&held, "abc", 3) == 6 && fence_held_get(&held, "defg", 4) == 7,
+			   "held: buffered and allocated names are both found");
+		/* ASan reports a free() of a buffered name */
+		fence_held_truncate(&held, 1);
+		expect(held.names_used == 2 && fence_held_get(&held, "abc", 3) == -1,
+			   "held: truncation gives the buffer's space back");
+		fence_held_set(&held, "xy", 2, 8, 3);
+		expect(held.entries[1].resource == names + 2 && fence_held_get(&held, "xy", 2) == 8 &&
+			   fence_held_get(&held, "r", 1) == 5, "held: the space given back is reused");
+		fence_held_replace(&held, "xy", 2, 9, 3);
+		expect(held.n_entries == 2 && fence_held_get(&held, "xy", 2) == 9,
+			   "held: replace in the same tag keeps one entry");
+		fence_held_free(&held);
+	}
 }
 
 /* The lease rules of the semantics, one case each. */
