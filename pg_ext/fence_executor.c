@@ -24,6 +24,14 @@
  * answers from the client's statement when that is a plain INSERT, UPDATE
  * or DELETE, and "maybe MERGE", the safe side, otherwise. Adding fence to
  * shared_preload_libraries or session_preload_libraries removes even that.
+ *
+ * The bracket is kept without PG_TRY, which would cost a sigsetjmp on every
+ * statement of every backend that has loaded fence. An error that leaves an
+ * executor run ends either the transaction (at_xact_end forgets everything)
+ * or a subtransaction (a savepoint, an EXCEPTION block) that began inside
+ * or outside the run: at_subxact_end puts back the bracket that was
+ * innermost when that subtransaction began. PostgreSQL code that catches an
+ * error goes on only after rolling back a subtransaction, or rethrows it.
  */
 #include "postgres.h"
 
@@ -31,6 +39,7 @@
 #include "catalog/partition.h"
 #include "executor/executor.h"
 #include "parser/parsetree.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "tcop/pquery.h"
 #include "utils/portal.h"
@@ -46,6 +55,20 @@ static int	runDepth = 0;
 /* loaded while statements we never saw begin may be running */
 static bool outerUnknown = false;
 
+/*
+ * The bracket innermost when each open subtransaction began, newest first,
+ * in TopTransactionContext.
+ */
+typedef struct SubxactBracket
+{
+	SubTransactionId subid;
+	CmdType		innermost;
+	int			runDepth;
+	struct SubxactBracket *next;
+} SubxactBracket;
+
+static SubxactBracket *subxactBrackets = NULL;
+
 static void
 fence_executor_run(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
 				   bool execute_once)
@@ -54,19 +77,59 @@ fence_executor_run(QueryDesc *queryDesc, ScanDirection direction, uint64 count,
 
 	innermost = queryDesc->operation;
 	runDepth++;
-	PG_TRY();
+	if (previousExecutorRun)
+		previousExecutorRun(queryDesc, direction, count, execute_once);
+	else
+		standard_ExecutorRun(queryDesc, direction, count, execute_once);
+	/* an error does not come back here: see the file header */
+	innermost = saved;
+	runDepth--;
+}
+
+static void
+at_subxact_end(SubXactEvent event, SubTransactionId mySubid,
+			   SubTransactionId parentSubid, void *arg)
+{
+	SubxactBracket *b;
+
+	switch (event)
 	{
-		if (previousExecutorRun)
-			previousExecutorRun(queryDesc, direction, count, execute_once);
-		else
-			standard_ExecutorRun(queryDesc, direction, count, execute_once);
+		case SUBXACT_EVENT_START_SUB:
+			b = MemoryContextAlloc(TopTransactionContext, sizeof(SubxactBracket));
+			b->subid = mySubid;
+			b->innermost = innermost;
+			b->runDepth = runDepth;
+			b->next = subxactBrackets;
+			subxactBrackets = b;
+			break;
+		case SUBXACT_EVENT_COMMIT_SUB:
+		case SUBXACT_EVENT_ABORT_SUB:
+			/* subtransactions end newest first */
+			b = subxactBrackets;
+			if (b == NULL || b->subid != mySubid)
+			{
+				/*
+				 * It began before fence was loaded, so every run we saw
+				 * began inside it: rolled back, none of them is running.
+				 */
+				if (event == SUBXACT_EVENT_ABORT_SUB)
+				{
+					innermost = CMD_UNKNOWN;
+					runDepth = 0;
+				}
+				break;
+			}
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+			{
+				innermost = b->innermost;
+				runDepth = b->runDepth;
+			}
+			subxactBrackets = b->next;
+			pfree(b);
+			break;
+		default:
+			break;
 	}
-	PG_FINALLY();
-	{
-		innermost = saved;
-		runDepth--;
-	}
-	PG_END_TRY();
 }
 
 static void
@@ -80,6 +143,8 @@ at_xact_end(XactEvent event, void *arg)
 		outerUnknown = false;
 		runDepth = 0;
 		innermost = CMD_UNKNOWN;
+		/* the memory goes with TopTransactionContext */
+		subxactBrackets = NULL;
 	}
 }
 
@@ -89,6 +154,7 @@ fence_executor_init(void)
 	previousExecutorRun = ExecutorRun_hook;
 	ExecutorRun_hook = fence_executor_run;
 	RegisterXactCallback(at_xact_end, NULL);
+	RegisterSubXactCallback(at_subxact_end, NULL);
 	outerUnknown = IsTransactionState();
 }
 

@@ -137,6 +137,49 @@ def attack_merge(conn):
     ok(state is None and one(conn, "SELECT fence_current('m:acct')") == 12,
        "the statement that loads fence: a new token is checked and accepted", "got %s" % state)
     first.close()
+    # a statement that fails inside the MERGE and is caught (an EXCEPTION
+    # block: a subtransaction rolled back) must not leave the MERGE looking
+    # like that statement to the guard
+    conn.execute("CREATE TABLE IF NOT EXISTS scratch (x int)")
+    conn.execute("TRUNCATE scratch")
+    conn.execute("INSERT INTO scratch VALUES (0)")
+    conn.execute("""CREATE OR REPLACE FUNCTION caught_failure() RETURNS int LANGUAGE plpgsql AS $$
+                    BEGIN
+                      UPDATE scratch SET x = 1 / x;
+                      RETURN 0;
+                    EXCEPTION WHEN division_by_zero THEN
+                      RETURN 0;
+                    END $$""")
+    conn.execute("UPDATE src SET tok = 7")    # the zombie holds 7; acct's rows hold 12
+    state = sqlstate(conn, """MERGE INTO acct a
+                              USING (SELECT id, bal + caught_failure() AS bal, tok FROM src) s
+                              ON a.id = s.id
+                              WHEN MATCHED AND s.id = 99 THEN UPDATE SET tok = s.tok
+                              WHEN MATCHED THEN UPDATE SET bal = 5""")
+    ok(state == MISSING and one(conn, "SELECT sum(bal) FROM acct") == 2,
+       "MERGE: refused also after a statement inside it failed and was caught", "got %s" % state)
+    # the same in a fresh backend, where fence loads inside the caught
+    # subtransaction, during the MERGE
+    conn.execute("""CREATE OR REPLACE FUNCTION caught_failure() RETURNS int LANGUAGE plpgsql AS $$
+                    BEGIN
+                      PERFORM fence_current('m:acct');
+                      UPDATE scratch SET x = 1 / x;
+                      RETURN 0;
+                    EXCEPTION WHEN division_by_zero THEN
+                      RETURN 0;
+                    END $$""")
+    first = connect()
+    state = sqlstate(first, """MERGE INTO acct a
+                               USING (SELECT id, bal + caught_failure() AS bal, tok FROM src) s
+                               ON a.id = s.id
+                               WHEN MATCHED AND s.id = 99 THEN UPDATE SET tok = s.tok
+                               WHEN MATCHED THEN UPDATE SET bal = 5""")
+    ok(state == MISSING and one(conn, "SELECT sum(bal) FROM acct") == 2,
+       "MERGE: refused when fence loads inside a subtransaction of the MERGE that fails and is caught",
+       "got %s" % state)
+    first.close()
+    conn.execute("DROP FUNCTION caught_failure()")
+    conn.execute("DROP TABLE scratch")
 
 
 # ---------------------------------------------------------------------------
