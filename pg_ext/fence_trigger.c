@@ -405,6 +405,24 @@ guard_spec(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	return &entry->spec;
 }
 
+/*
+ * A column of a row the trigger was given. heap_getattr would also run
+ * heap_datum_check() on the new row, which heap_form_tuple marks as a
+ * versioned datum: a check for composite values that can outlive a change
+ * of their type. This row was formed by the running statement from rel's
+ * current descriptor, the one the guard's spec was resolved against (and
+ * rebuilt after any change of it), so attnum is valid for it; a column added
+ * since an old row was stored reads its default, as in heap_getattr. One
+ * such check fewer per row read (about 70 instructions).
+ */
+static inline Datum
+row_attr(HeapTuple row, AttrNumber attnum, Relation rel, bool *isnull)
+{
+	if (attnum > (int) HeapTupleHeaderGetNatts(row->t_data))
+		return getmissingattr(RelationGetDescr(rel), attnum, isnull);
+	return fastgetattr(row, attnum, RelationGetDescr(rel), isnull);
+}
+
 /* The row's resource: the fixed one, or the prefix followed by key::text. */
 static char *
 row_resource(GuardSpec *spec, Relation rel, HeapTuple row, size_t *len)
@@ -420,7 +438,7 @@ row_resource(GuardSpec *spec, Relation rel, HeapTuple row, size_t *len)
 		*len = spec->resourceLen;
 		return (char *) spec->resource;
 	}
-	key = heap_getattr(row, spec->keyAttnum, RelationGetDescr(rel), &isnull);
+	key = row_attr(row, spec->keyAttnum, rel, &isnull);
 	if (isnull)
 		fence_report_invalid("key", FENCE_NULL, 0, 0);
 	switch (spec->keyPath)
@@ -449,7 +467,7 @@ static int64
 row_token(GuardSpec *spec, Relation rel, HeapTuple row, const char *resource, size_t len)
 {
 	bool		isnull;
-	Datum		d = heap_getattr(row, spec->tokenAttnum, RelationGetDescr(rel), &isnull);
+	Datum		d = row_attr(row, spec->tokenAttnum, rel, &isnull);
 	int64		token;
 
 	if (isnull)
@@ -508,8 +526,8 @@ same_key(GuardSpec *spec, Relation rel, HeapTuple a, HeapTuple b)
 {
 	bool		aNull;
 	bool		bNull;
-	Datum		ak = heap_getattr(a, spec->keyAttnum, RelationGetDescr(rel), &aNull);
-	Datum		bk = heap_getattr(b, spec->keyAttnum, RelationGetDescr(rel), &bNull);
+	Datum		ak = row_attr(a, spec->keyAttnum, rel, &aNull);
+	Datum		bk = row_attr(b, spec->keyAttnum, rel, &bNull);
 
 	return !aNull && !bNull && datumIsEqual(ak, bk, spec->keyByVal, spec->keyLen);
 }
@@ -566,10 +584,8 @@ guard_row(GuardSpec *spec, TriggerData *trigdata)
 		{
 			bool		oldNull;
 			bool		newNull;
-			Datum		oldTok = heap_getattr(oldRow, spec->tokenAttnum,
-											  RelationGetDescr(rel), &oldNull);
-			Datum		newTok = heap_getattr(newRow, spec->tokenAttnum,
-											  RelationGetDescr(rel), &newNull);
+			Datum		oldTok = row_attr(oldRow, spec->tokenAttnum, rel, &oldNull);
+			Datum		newTok = row_attr(newRow, spec->tokenAttnum, rel, &newNull);
 
 			if (!oldNull && !newNull &&
 				datumIsEqual(oldTok, newTok, true, get_typlen(spec->tokenType)))

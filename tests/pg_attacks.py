@@ -549,9 +549,35 @@ def attack_review2(conn):
     conn.execute("DROP FUNCTION fm(), u2_merge()")
 
 
+def attack_missing_columns(conn):
+    """Token and key columns added after the rows were stored: the stored
+    rows have fewer columns and read the added ones' defaults."""
+    fresh(conn, "miss")
+    conn.execute("CREATE TABLE miss (id int PRIMARY KEY, v int)")
+    conn.execute("INSERT INTO miss SELECT g, 0 FROM generate_series(1, 3) g")
+    conn.execute("ALTER TABLE miss ADD COLUMN tok bigint DEFAULT 10, ADD COLUMN k int DEFAULT 7")
+    conn.execute("SELECT fence_protect('miss', 'tok', 'mk:', 'k')")
+    conn.execute("INSERT INTO miss VALUES (4, 0, 10, 7)")              # mk:7 at 10
+    state = sqlstate(conn, "UPDATE miss SET v = 1, tok = 9 WHERE id = 1")
+    ok(state == STALE, "added columns: a stale token under a stored row's default key is refused",
+       "got %s" % state)
+    state = sqlstate(conn, "UPDATE miss SET v = 1 WHERE id = 2")
+    ok(state == MISSING, "added columns: an UPDATE leaving the token out needs a fence on mk:7",
+       "got %s" % state)
+    state = sqlstate(conn, "DELETE FROM miss WHERE id = 3")
+    ok(state == MISSING, "added columns: a DELETE of a stored row needs a fence on mk:7", "got %s" % state)
+    with conn.transaction():
+        conn.execute("SELECT fence_check('mk:7', 10)")
+        conn.execute("DELETE FROM miss WHERE id = 3")
+    ok(one(conn, "SELECT string_agg(id || ':' || v, ',' ORDER BY id) FROM miss") == "1:0,2:0,4:0" and
+       one(conn, "SELECT fence_current('mk:7')") == 10,
+       "added columns: only the fenced DELETE committed; mk:7 stays at 10")
+    conn.execute("DROP TABLE miss")
+
+
 CASES = [attack_message_encoding, attack_merge, attack_key_settings, attack_token_type,
          attack_empty_columns, attack_guard_args, attack_lock_tag_collision,
-         attack_review, attack_review2, attack_scale]
+         attack_review, attack_review2, attack_missing_columns, attack_scale]
 
 
 def main():
