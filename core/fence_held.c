@@ -41,6 +41,22 @@ fence_held_use_names(FenceHeld *held, char *names, size_t size)
 	held->names_used = 0;
 }
 
+int
+fence_held_restart(FenceHeld *held)
+{
+	int			i;
+
+	if (held->first_entries == NULL || held->entries != held->first_entries ||
+		held->buckets != held->first_buckets)
+		return -1;
+	/* bucket heads only ever point at live entries */
+	for (i = 0; i < held->n_entries; i++)
+		held->buckets[held->entries[i].hash & (uint32_t) (held->n_buckets - 1)] = -1;
+	held->n_entries = 0;
+	held->names_used = 0;
+	return 0;
+}
+
 /* Is this resource's copy in the caller's name buffer? */
 static int
 held_name_buffered(const FenceHeld *held, const char *p)

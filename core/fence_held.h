@@ -74,6 +74,15 @@ void		fence_held_init_buffers(FenceHeld *held, const FenceAllocator *mem,
  */
 void		fence_held_use_names(FenceHeld *held, char *names, size_t size);
 
+/*
+ * Start an empty log in place of one whose engine memory is gone (the
+ * transaction's, in PostgreSQL), freeing nothing: when every entry still
+ * lies in the caller's first arrays, only the buckets they used are reset
+ * and 0 is returned; -1 when the log had grown out of them, and the caller
+ * must call fence_held_init_buffers again.
+ */
+int			fence_held_restart(FenceHeld *held);
+
 /* The token held for the resource, or -1 when it is not held. */
 int64_t		fence_held_get(const FenceHeld *held, const char *resource, size_t len);
 

@@ -115,9 +115,13 @@ xact_ready(void)
 {
 	if (!heldReady)
 	{
-		fence_held_init_buffers(&held, &xactAllocator, firstEntries, FIRST_ENTRIES,
-								firstBuckets, FIRST_ENTRIES);
-		fence_held_use_names(&held, firstNames, FIRST_NAME_BYTES);
+		/* the last transaction's log, if it stayed in the first arrays */
+		if (fence_held_restart(&held) != 0)
+		{
+			fence_held_init_buffers(&held, &xactAllocator, firstEntries, FIRST_ENTRIES,
+									firstBuckets, FIRST_ENTRIES);
+			fence_held_use_names(&held, firstNames, FIRST_NAME_BYTES);
+		}
 		fence_held_init(&written, &xactAllocator);
 		heldReady = true;
 	}

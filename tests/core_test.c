@@ -151,7 +151,30 @@ testHeld(void)
 			ok &= fence_held_get(&held, name, strlen(name)) == i;
 		}
 		expect(ok, "held: growing out of the caller's arrays keeps every entry");
+		expect(fence_held_restart(&held) == -1, "held: a log grown out of its first arrays is not restarted");
 		fence_held_free(&held);
+	}
+
+	{
+		FenceHeldEntry first[4];
+		int			firstBuckets[4];
+		char		names[16];
+		int			b;
+
+		fence_held_init_buffers(&held, &testAllocator, first, 4, firstBuckets, 4);
+		fence_held_use_names(&held, names, sizeof(names));
+		fence_held_set(&held, "r", 1, 5, 1);
+		fence_held_set(&held, "qq", 2, 6, 1);
+		expect(fence_held_restart(&held) == 0 && held.n_entries == 0 && held.names_used == 0 &&
+			   fence_held_get(&held, "r", 1) == -1 && fence_held_get(&held, "qq", 2) == -1,
+			   "held: a restarted log holds nothing");
+		ok = 1;
+		for (b = 0; b < 4; b++)
+			ok &= firstBuckets[b] == -1;
+		expect(ok, "held: restarting resets every bucket the old entries used");
+		fence_held_set(&held, "qq", 2, 7, 1);
+		expect(fence_held_get(&held, "qq", 2) == 7 && held.entries == first &&
+			   held.entries[0].resource == names, "held: a restarted log reuses the first arrays and names");
 	}
 
 	{
