@@ -229,6 +229,10 @@ fence_tokens_changed(PG_FUNCTION_ARGS)
 	 * and announced itself, so no backend can be granted a lock, process
 	 * the invalidation queue before the announcement, and answer from a
 	 * stale cache. Such changes are rare; one lock serves a whole bulk load.
+	 * (fence_lock_tokens_exclusive also waits for the same-token fences
+	 * that hold only their resource's lock: fence_tokens.c, "Escalation".)
+	 * TRUNCATE and DELETE only remove rows: any accept after them is an
+	 * advance from nothing, which waits for the resource's holders itself.
 	 */
 	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
 		fence_lock_tokens_exclusive();

@@ -18,6 +18,29 @@
  *     outcome, because the decision is taken after the lock is granted;
  *   - locks taken in a subtransaction go when it is rolled back, so a fence
  *     rolled back with its savepoint no longer makes anyone wait.
+ *
+ * Escalation (1.3). Past half of max_locks_per_transaction fences a
+ * transaction stops taking resource locks: it takes fence_tokens' own lock
+ * in ShareLock mode (which keeps every advance out, since an advance also
+ * takes fence_tokens in RowExclusiveLock), and ExclusiveLock once it
+ * advances a resource, writing rows without their resources' locks. That
+ * ExclusiveLock must wait for every fenced transaction and keep new fences
+ * out until it ends. A fence that reads fence_tokens holds an intention
+ * lock on it (RowShareLock, RowExclusiveLock to advance), which does that.
+ * A same-token fence answered from the token cache (the common case, a
+ * "light" fence) holds its resource's lock alone, as in 1.2; the
+ * transaction about to take the ExclusiveLock does the rest itself
+ * (lock_tokens_exclusive): it first takes an announcement lock (an object
+ * lock on fence_tokens, objsubid 17989, held to its end), then waits for
+ * every transaction holding a resource's lock, then takes the ExclusiveLock.
+ * A light fence asks, after its resource's lock is granted, whether anyone
+ * else holds the announcement; if so it takes the intention lock too (and
+ * so waits). Of a fence granted its lock before the announcement and an
+ * announcement taken before that fence asked, one always sees the other:
+ * the fence asks after its grant, the announcer looks for resource locks
+ * after its announcement. Costs an announcer a scan of the lock table, once
+ * per transaction; saves every light fence a lock and its release.
+ *
  * The decision reads the newest committed row (a fresh snapshot, taken after
  * the lock is granted; a committing transaction becomes visible before it
  * releases its locks), never the transaction's snapshot, so the result is
@@ -44,7 +67,9 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "access/xlogutils.h"
 #include "catalog/indexing.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -290,11 +315,91 @@ lock_tokens_table(LOCKMODE mode)
 	CurrentResourceOwner = saved;
 }
 
+/*
+ * The announcement of a transaction about to hold fence_tokens' own
+ * ExclusiveLock: an object lock on fence_tokens (pg_locks: locktype
+ * "object", classid pg_class, objsubid 17989), which nothing else takes.
+ */
+static void
+announce_locktag(LOCKTAG *tag)
+{
+	SET_LOCKTAG_OBJECT(*tag, MyDatabaseId, RelationRelationId, tokens_relid(),
+					   FENCE_LOCK_CLASS);
+}
+
+/*
+ * Is fence_tokens' ExclusiveLock announced by another transaction (held,
+ * or about to be)? Asked by the same-token path after its resource's lock
+ * is granted (see fence_accept's "light" fences).
+ */
+static bool
+exclusive_announced(void)
+{
+	LOCKTAG		tag;
+	int			n;
+	VirtualTransactionId *holders;
+
+	announce_locktag(&tag);
+	holders = GetLockConflicts(&tag, ExclusiveLock, &n);
+	/* a hot standby's array is static (and the cache is off there anyway) */
+	if (!InHotStandby)
+		pfree(holders);
+	return n > 0;
+}
+
+/*
+ * fence_tokens' ExclusiveLock, the lock that keeps every fence out: taken
+ * by an escalated transaction that advances (it then writes rows without
+ * their resources' locks) and for a change that bypassed fence. A
+ * same-token fence answered from the cache holds its resource's lock alone
+ * (fence_accept), which the ExclusiveLock does not see, so first:
+ *   1. announce: take the announcement lock (held to the end, like the
+ *      ExclusiveLock); from its grant on, every new same-token fence sees
+ *      it after its own resource's lock is granted and takes the path that
+ *      also locks fence_tokens, which waits for this transaction;
+ *   2. wait for every transaction holding a resource's lock (a fence taken
+ *      before the announcement was seen) to end: every fence lock in the
+ *      lock table, each taken and released in ExclusiveLock mode;
+ *   3. take the ExclusiveLock, which waits for every transaction holding
+ *      fence_tokens' intention locks, as before.
+ * Nothing is then fenced anywhere but in this transaction's favour, as with
+ * the ExclusiveLock alone when every fence also held an intention lock.
+ */
+static void
+lock_tokens_exclusive(void)
+{
+	LOCKTAG		tokens;
+	LOCKTAG		announce;
+	LockData   *locks;
+
+	SET_LOCKTAG_RELATION(tokens, MyDatabaseId, tokens_relid());
+	if (LockHeldByMe(&tokens, ExclusiveLock))
+		return;
+	announce_locktag(&announce);
+	fence_lock(&announce, ShareLock);
+	locks = GetLockStatusData();
+	for (int i = 0; i < locks->nelements; i++)
+	{
+		LockInstanceData *l = &locks->locks[i];
+
+		if (l->locktag.locktag_type != LOCKTAG_ADVISORY ||
+			l->locktag.locktag_lockmethodid != USER_LOCKMETHOD ||
+			l->locktag.locktag_field1 != MyDatabaseId ||
+			l->locktag.locktag_field4 != FENCE_LOCK_CLASS ||
+			l->holdMask == 0 || l->pid == MyProcPid)
+			continue;
+		/* waits for its holders, ours not included */
+		fence_lock(&l->locktag, ExclusiveLock);
+		fence_unlock(&l->locktag, ExclusiveLock);
+	}
+	lock_tokens_table(ExclusiveLock);
+}
+
 /* For a change of fence_tokens that bypassed fence (fence_token_cache.c). */
 void
 fence_lock_tokens_exclusive(void)
 {
-	lock_tokens_table(ExclusiveLock);
+	lock_tokens_exclusive();
 }
 
 /* The highest accepted token, or false when there is none. */
@@ -356,12 +461,18 @@ escalation_threshold(void)
  * LockRelationOid and processes it again, as any open does.
  */
 static void
-lock_resource(const LOCKTAG *tag, LOCKMODE mode)
+lock_intention(LOCKMODE mode)
 {
 	LOCKTAG		tokens;
 
 	SET_LOCKTAG_RELATION(tokens, MyDatabaseId, tokens_relid());
 	fence_lock(&tokens, mode == ExclusiveLock ? RowExclusiveLock : RowShareLock);
+}
+
+static void
+lock_resource(const LOCKTAG *tag, LOCKMODE mode)
+{
+	lock_intention(mode);
 	fence_lock(tag, mode);
 }
 
@@ -480,8 +591,8 @@ accept_token(const char *resource, size_t len, const uint64 *knownHash, int64 to
 				PreventCommandIfReadOnly("fence_check()");
 				if (level != ExclusiveLock)
 				{
-					/* waits for the other escalated transactions to end */
-					lock_tokens_table(ExclusiveLock);
+					/* waits for every other fenced transaction to end */
+					lock_tokens_exclusive();
 					found = read_row(rel, resource, len, &highest, &tid);
 				}
 				write_row(rel, resource, len, token, found, &tid);
@@ -516,13 +627,32 @@ accept_token(const char *resource, size_t len, const uint64 *knownHash, int64 to
 	 */
 	if (mode == ShareLock && fence_cache_enabled())
 	{
-		lock_resource(&tag, ShareLock);
-		locked = true;
+		/*
+		 * A "light" fence: the resource's lock alone, no intention lock on
+		 * fence_tokens. What the intention lock did, make the ExclusiveLock
+		 * on fence_tokens wait for this fence, lock_tokens_exclusive() does
+		 * by announcing itself first and then waiting for every resource
+		 * lock; a fence that sees an announcement (after its lock is
+		 * granted, so that one of the two always sees the other) takes the
+		 * intention lock as well, which waits for the announcer.
+		 */
+		fence_lock(&tag, ShareLock);
 		AcceptInvalidationMessages();
-		if (fence_cache_lookup(hash, resource, len, &highest) && highest == token)
+		if (exclusive_announced())
 		{
-			fence_hold(resource, len, token);
-			return outcome;
+			/* in lock_resource's order: never wait holding the resource */
+			fence_unlock(&tag, ShareLock);
+		}
+		else
+		{
+			if (fence_cache_lookup(hash, resource, len, &highest) && highest == token)
+			{
+				fence_hold(resource, len, token);
+				return outcome;
+			}
+			/* the intention lock too, as lock_resource takes it */
+			lock_intention(ShareLock);
+			locked = true;
 		}
 	}
 
