@@ -26,8 +26,12 @@
  *
  * Concurrency: SQLite has one writer per database file. An accept first
  * enlists fence_held (fence_held.c) through a virtual table in TEMP, which
- * locks nothing of main, then reads fence_tokens in the transaction's read
- * snapshot. An equal accept writes nothing and so takes no write lock:
+ * takes main's read lock but not its write lock, then reads fence_tokens in
+ * the transaction's read snapshot, or takes the highest from what this
+ * connection remembers of its last transaction when nothing has changed
+ * the file since (fence_cache.c, which says how that is known; the
+ * snapshot is the same one). An equal accept writes nothing and so takes
+ * no write lock:
  * transactions fenced at the same token do not wait for each other. The
  * read pins the snapshot (WAL) or holds the SHARED lock (rollback journal)
  * until the transaction ends, and any write the transaction makes later
@@ -124,8 +128,8 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->pSelectToken);
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
-	sqlite3_finalize(conn->pEnlist);
-	sqlite3_finalize(conn->pEnlistMain);
+	fenceEnlistForget(conn, &conn->pEnlist);
+	fenceEnlistForget(conn, &conn->pEnlistMain);
 	sqlite3_finalize(conn->pCanaryToken);
 	sqlite3_finalize(conn->pProbeMain);
 	sqlite3_finalize(conn->pProbeTemp);
@@ -349,6 +353,7 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 			rc = sqlite3_exec(conn->db, createTokensSql, NULL, NULL, NULL);
 			if (rc != SQLITE_OK)
 				return rc;
+			fenceCacheWatchCreate(conn);	/* only outside an explicit transaction */
 		}
 		rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 	}
@@ -721,11 +726,17 @@ hintAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 		h->bHas && h->highest >= token;
 }
 
-/* Remember what was read (out of memory: remember nothing, it is a hint) */
+/*
+ * Remember what was read (out of memory: remember nothing, it is a hint),
+ * as a verdict for later transactions when this one is watched
+ * (fence_cache.c).
+ */
 static void
 hintSet(FenceConn *conn, const char *z, int n, int bHas, sqlite3_int64 highest)
 {
 	FenceHint  *h = &conn->aHint[hintSlot(z, n)];
+
+	h->gen = 0;
 
 	if (h->z == NULL || h->n != n || memcmp(h->z, z, (size_t) n) != 0)
 	{
@@ -738,6 +749,34 @@ hintSet(FenceConn *conn, const char *z, int n, int bHas, sqlite3_int64 highest)
 	}
 	h->bHas = bHas;
 	h->highest = highest;
+	h->gen = fenceCacheStamp(conn);
+}
+
+/*
+ * The cache's verdict on z: its highest, if this transaction may take it
+ * and it is at least token (an equal or a stale token; an advance reads,
+ * for the undo log wants the row's updated_at). NULL: read.
+ */
+static const FenceHint *
+cachedAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
+{
+	const FenceHint *h = &conn->aHint[hintSlot(z, n)];
+
+	if (conn->cacheTxn == FENCE_CACHE_TXN_WATCHED && h->gen == conn->cacheGen &&
+		h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
+		memcmp(h->z, z, (size_t) n) == 0)
+		return h;
+	return NULL;
+}
+
+/* Forget what was remembered of z (fence_reset) */
+static void
+hintForget(FenceConn *conn, const char *z, int n)
+{
+	FenceHint  *h = &conn->aHint[hintSlot(z, n)];
+
+	if (h->z != NULL && h->n == n && memcmp(h->z, z, (size_t) n) == 0)
+		h->gen = 0;
 }
 
 void
@@ -750,6 +789,26 @@ fenceHintsFree(FenceConn *conn)
 		sqlite3_free(conn->aHint[i].z);
 		conn->aHint[i].z = NULL;
 	}
+}
+
+/*
+ * fence's own write of z's row of fence_tokens is under way: the watch
+ * triggers (fence_cache.c) let it through without forgetting the cache,
+ * since the caller puts what it wrote into the hint table.
+ */
+static void
+writingBegin(FenceConn *conn, const char *z, int n, sqlite3_int64 token, int bReset)
+{
+	conn->zWriting = z;
+	conn->nWriting = n;
+	conn->writingToken = token;
+	conn->bWritingReset = bReset;
+}
+
+static void
+writingEnd(FenceConn *conn)
+{
+	conn->zWriting = NULL;
 }
 
 /*
@@ -787,11 +846,35 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 						  otherSchemaAttached(conn->db)));
 	if (rc == SQLITE_OK && conn->bBroken)
 		rc = FENCE_RC_BROKEN;
+	if (rc == SQLITE_OK && conn->bEnlisted && conn->cacheTxn == FENCE_CACHE_TXN_UNKNOWN)
+	{
+		/* the first accept of the transaction: may it take the cache's word? */
+		if (fenceSchemaCheck(conn) == SQLITE_OK)
+			fenceCacheTxnBegin(conn);
+		else
+		{
+			fenceCacheForget(conn);
+			conn->cacheTxn = FENCE_CACHE_TXN_UNWATCHED;
+		}
+	}
 	if (rc == SQLITE_OK)
-		rc = readHighestAt(conn, z, n, 1, &has, &highest, zAt, (int) sizeof(zAt));
+	{
+		const FenceHint *cached = cachedAtLeast(conn, z, n, token);
+
+		if (cached != NULL)
+		{
+			has = 1;
+			highest = cached->highest;
+		}
+		else
+		{
+			rc = readHighestAt(conn, z, n, 1, &has, &highest, zAt, (int) sizeof(zAt));
+			if (rc == SQLITE_OK)
+				hintSet(conn, z, n, has, highest);
+		}
+	}
 	if (rc != SQLITE_OK)
 		return rc;
-	hintSet(conn, z, n, has, highest);
 	outer = conn->bEnlisted ? outerWriter(conn) : NULL;
 	if (outer)
 		undoFor(conn, outer);
@@ -809,7 +892,9 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 			return SQLITE_NOMEM;
 		int			bWrote;
 
+		writingBegin(conn, z, n, token, 0);
 		rc = runTokenStmt(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token);
+		writingEnd(conn);
 		if (outer)
 			conn->undoChanges = sqlite3_total_changes64(conn->db);
 		if (rc != SQLITE_OK)
@@ -1133,7 +1218,10 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	(void) argc;
 	if (!argResource(ctx, argv[0], &z, &n))
 		return;
+	hintForget(conn, z, n);
+	writingBegin(conn, z, n, 0, 1);
 	rc = runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, z, n, 0);
+	writingEnd(conn);
 	if (rc == SQLITE_OK)
 	{
 		/* a delete that an authorizer blinded deletes nothing, silently */
@@ -1391,6 +1479,7 @@ static const struct FenceFunction
 	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_fenced", 3, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_ready", 3, FROM_TRIGGER, fenceGuardReadyFunc},
+	{"fence_tokens_changed", 3, APP_WRITES, fenceTokensChangedFunc},
 	{"fence_acquire", 3, APP_WRITES, fenceAcquireFunc},
 	{"fence_renew", 4, APP_WRITES, fenceRenewFunc},
 	{"fence_release", 3, APP_WRITES, fenceReleaseFunc},
@@ -1464,6 +1553,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		return SQLITE_NOMEM;
 	memset(conn, 0, sizeof(*conn));
 	conn->db = db;
+	conn->cacheGen = 1;
 	fence_held_init(&conn->held, &fenceSqliteAllocator);
 
 	/* from here on the fence_held module owns conn, even when this fails */
@@ -1498,6 +1588,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		(void) fenceHeldConnect(conn);
 		fenceSealOldGuards(db);
 		(void) fenceHeldCreateEnlist(conn);	/* only outside a transaction */
+		fenceCacheWatchCreate(conn);	/* likewise */
 	}
 	if (rc != SQLITE_OK)
 	{

@@ -32,9 +32,12 @@
  *                  BEFORE guard trigger).
  *
  * Cost: the admission is checked once per guard id per schema generation and
- * kept in FenceConn; the schema cookies of main and temp (two cached PRAGMA
- * statements, once per transaction) tell when to check again. With another
- * database attached the check is made once per transaction. The journal
+ * kept in FenceConn. A schema change is seen by the statement that enlists
+ * each transaction (fenceSchemaCheck): SQLite prepares it again when the
+ * schema changed, and only then are the schema cookies of main and temp read
+ * (two cached PRAGMA statements). With another database attached the check
+ * is made once per transaction; after a rollback of a transaction that
+ * admitted a guard, admission starts over. The journal
  * check is a C call per row once the journal is open; before that (the
  * first row of a transaction in a rollback-journal mode) a cached PRAGMA.
  *
@@ -148,6 +151,7 @@ forgetAdmitted(FenceConn *conn)
 		sqlite3_free(conn->aGuard[i].zResource);
 	conn->nGuard = 0;
 	conn->bForeignChecked = 0;
+	conn->pSchemaStmt = NULL;	/* the next check reads the cookies */
 }
 
 void
@@ -171,12 +175,19 @@ attachedCount(sqlite3 *db)
 }
 
 /*
- * Once per transaction: is what was admitted still true? It is while main's
- * and temp's schemas are the ones it was checked against and nothing else
- * is attached.
+ * Once per transaction, after it enlisted: is what was admitted (and what
+ * the highest-token cache holds) still of the schema it was checked
+ * against? The enlisting statement answers for free (fence_held.c): it
+ * reads main's schema cookie when it starts, and SQLite prepares it again
+ * when main's schema changed (by any connection) or when this connection
+ * changed TEMP's, which expires every statement. So when the statement
+ * the schema was last checked with ran again without being prepared
+ * again, nothing changed; otherwise, and whenever another database is
+ * attached or a check inside the transaction is asked for, the cookies of
+ * main and temp are read (two cached PRAGMAs) and compared.
  */
-static int
-revalidate(FenceConn *conn)
+int
+fenceSchemaCheck(FenceConn *conn)
 {
 	sqlite3_int64 cookieMain = 0;
 	sqlite3_int64 cookieTemp = 0;
@@ -184,6 +195,11 @@ revalidate(FenceConn *conn)
 
 	if (conn->bGuardTxnChecked)
 		return SQLITE_OK;
+	if (conn->bEnlisted && conn->bEnlistSchemaSame && attachedCount(conn->db) == 0)
+	{
+		conn->bGuardTxnChecked = 1;
+		return SQLITE_OK;
+	}
 	rc = stepInt64(conn, &conn->pProbeMain, guardProbeMainSql, &cookieMain);
 	if (rc == SQLITE_OK)
 		rc = stepInt64(conn, &conn->pProbeTemp, guardProbeTempSql, &cookieTemp);
@@ -195,10 +211,24 @@ revalidate(FenceConn *conn)
 		forgetAdmitted(conn);
 		conn->cookieMain = cookieMain;
 		conn->cookieTemp = cookieTemp;
+		fenceCacheSchemaChanged(conn);
+	}
+	/* the next transaction's enlisting statement answers, if it is this one */
+	if (conn->bEnlisted && conn->pEnlistLast != NULL && attachedCount(conn->db) == 0)
+	{
+		conn->pSchemaStmt = conn->pEnlistLast;
+		conn->nSchemaReprepare = sqlite3_stmt_status(conn->pEnlistLast,
+													 SQLITE_STMTSTATUS_REPREPARE, 0);
 	}
 	/* kept until the transaction ends, which only an enlisted one reports */
 	conn->bGuardTxnChecked = conn->bEnlisted;
 	return SQLITE_OK;
+}
+
+static int
+revalidate(FenceConn *conn)
+{
+	return fenceSchemaCheck(conn);
 }
 
 /*
@@ -568,6 +598,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	conn->aGuard[conn->nGuard].nResource = nRes;
 	conn->aGuard[conn->nGuard].bKeyed = bKeyed;
 	conn->nGuard++;
+	conn->bAdmittedInTxn = 1;
 	return 1;
 }
 
@@ -690,6 +721,7 @@ void
 fenceGuardRecheckSchema(FenceConn *conn)
 {
 	conn->bGuardTxnChecked = 0;
+	conn->bEnlistSchemaSame = 0;
 }
 
 /* A transaction ended: check the schema generation again at the next one. */
@@ -697,4 +729,23 @@ void
 fenceGuardTxnEnded(FenceConn *conn)
 {
 	conn->bGuardTxnChecked = 0;
+	conn->bEnlistSchemaSame = 0;
+	conn->bAdmittedInTxn = 0;
+}
+
+/*
+ * A transaction, or part of one, rolled back. A guard admitted in it was
+ * checked against a schema that may have just been rolled back too (a
+ * trigger dropped and then restored), and the cookies cannot tell: a
+ * rollback puts the old cookie back. Forget what was admitted.
+ */
+void
+fenceGuardRolledBack(FenceConn *conn)
+{
+	if (!conn->bAdmittedInTxn)
+		return;
+	forgetAdmitted(conn);
+	conn->bGuardTxnChecked = 0;
+	conn->bEnlistSchemaSame = 0;
+	fenceCacheSchemaChanged(conn);
 }

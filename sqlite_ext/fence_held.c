@@ -13,7 +13,7 @@
  * it ends, read-only or not, and xSavepoint/xRelease/xRollbackTo for every
  * savepoint, including the statement savepoint that undoes a failed
  * statement. So the first accept of a transaction enlists the table by
- * running "DELETE FROM temp.fence_enlist WHERE 0" (fence_enlist is a table
+ * running "DELETE FROM temp.fence_enlist WHERE ..." (fence_enlist is a table
  * of the module fence_txn, a second name for fence_held: see heldDisconnect
  * for why there are two), and from then on SQLite drives the state:
  *   xSavepoint(k)  remembers how long the log was when savepoint k opened;
@@ -318,14 +318,31 @@ connStartOver(FenceConn *conn, int bEnlisted)
 static int
 heldBegin(sqlite3_vtab *pVtab)
 {
-	vtabConn(pVtab)->nBegin++;
-	return connStartOver(vtabConn(pVtab), 1);
+	FenceConn  *conn = vtabConn(pVtab);
+
+	conn->nBegin++;
+	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
+		fenceCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
+	return connStartOver(conn, 1);
 }
 
 static int
-heldEnd(sqlite3_vtab *pVtab)
+heldCommit(sqlite3_vtab *pVtab)
 {
-	return connStartOver(vtabConn(pVtab), 0);
+	FenceConn  *conn = vtabConn(pVtab);
+
+	fenceCacheTxnEnd(conn, 1);
+	return connStartOver(conn, 0);
+}
+
+static int
+heldRollback(sqlite3_vtab *pVtab)
+{
+	FenceConn  *conn = vtabConn(pVtab);
+
+	fenceGuardRolledBack(conn);
+	fenceCacheTxnEnd(conn, 0);
+	return connStartOver(conn, 0);
 }
 
 static int
@@ -382,6 +399,8 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 		fence_held_truncate(&conn->held, conn->aMark[iSavepoint]);
 		conn->nMark = iSavepoint + 1;	/* the savepoint itself stays open */
 	}
+	fenceGuardRolledBack(conn);
+	fenceCacheRolledBackTo(conn);
 	return SQLITE_OK;
 }
 
@@ -440,8 +459,8 @@ static const sqlite3_module txnModule = {
 	heldUpdate,
 	heldBegin,
 	heldSync,
-	heldEnd,					/* xCommit */
-	heldEnd,					/* xRollback */
+	heldCommit,
+	heldRollback,
 	NULL,						/* xFindFunction */
 	NULL,						/* xRename */
 	heldSavepoint,
@@ -722,7 +741,17 @@ fenceHeldConnect(FenceConn *conn)
 	return rc;
 }
 
-static const char enlistSql[] = "DELETE FROM temp.fence_enlist WHERE 0";
+/*
+ * The enlisting statements also read main's schema cookie as they start
+ * (the subquery names main, which makes SQLite check main's schema and
+ * take main's read lock; it never runs: the table is empty when it joins),
+ * so that SQLite prepares them again after a schema change, which is how
+ * fence_guard.c learns of one (fenceSchemaCheck).
+ */
+static const char enlistSql[] =
+"DELETE FROM temp.fence_enlist WHERE rowid = -1 "
+"AND NOT EXISTS (SELECT 1 FROM main.sqlite_schema WHERE 0)";
+static const char enlistMainSql[] = "DELETE FROM main.fence_txn WHERE 0";
 
 /*
  * Make temp.fence_enlist, at load and only outside a transaction: SQLite
@@ -761,8 +790,7 @@ prepareEnlist(FenceConn *conn, int bMain, sqlite3_stmt **pp)
 		if (rc == SQLITE_OK || (rc & 0xff) == SQLITE_NOMEM)
 			return rc;
 	}
-	return sqlite3_prepare_v3(conn->db, "DELETE FROM main.fence_txn WHERE 0", -1,
-							  SQLITE_PREPARE_PERSISTENT, pp, NULL);
+	return sqlite3_prepare_v3(conn->db, enlistMainSql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 }
 
 /*
@@ -808,8 +836,7 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 		/* temp.fence_enlist was dropped under the cached statement */
 		if (attempt > 0 || (rc != SQLITE_ERROR && rc != SQLITE_SCHEMA))
 			return rc;
-		sqlite3_finalize(*pp);
-		*pp = NULL;
+		fenceEnlistForget(conn, pp);
 	}
 	sqlite3_reset(*pp);
 
@@ -822,9 +849,48 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 	 */
 	if (!conn->bEnlisted && conn->nBegin == nBegin)
 	{
-		sqlite3_finalize(*pp);
-		*pp = NULL;
+		fenceEnlistForget(conn, pp);
 		return FENCE_RC_SHADOWED;
 	}
+
+	/*
+	 * Prepared again since it last ran (or new): the schema changed, or
+	 * TEMP's did, or the main database was replaced (ATTACH and
+	 * sqlite3_deserialize expire every statement). The cache's watch
+	 * triggers live in TEMP: forget what it holds.
+	 */
+	{
+		int			i = pp == &conn->pEnlistMain;
+		int			n = sqlite3_stmt_status(*pp, SQLITE_STMTSTATUS_REPREPARE, 0);
+
+		if (conn->apEnlistRan[i] != *pp || conn->anEnlistRan[i] != n)
+			fenceCacheSchemaChanged(conn);
+		conn->apEnlistRan[i] = *pp;
+		conn->anEnlistRan[i] = n;
+	}
+
+	/* did it run on the schema fence last checked (fenceSchemaCheck)? */
+	conn->pEnlistLast = *pp;
+	conn->bEnlistSchemaSame = *pp == conn->pSchemaStmt &&
+		sqlite3_stmt_status(*pp, SQLITE_STMTSTATUS_REPREPARE, 0) == conn->nSchemaReprepare;
 	return SQLITE_OK;
+}
+
+/*
+ * Finalize a cached enlisting statement, and forget it as the one the
+ * schema was checked with: a statement prepared later may get its address.
+ */
+void
+fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
+{
+	if (*pp != NULL && *pp == conn->pSchemaStmt)
+		conn->pSchemaStmt = NULL;
+	if (*pp != NULL && *pp == conn->pEnlistLast)
+		conn->pEnlistLast = NULL;
+	if (*pp != NULL && *pp == conn->apEnlistRan[0])
+		conn->apEnlistRan[0] = NULL;
+	if (*pp != NULL && *pp == conn->apEnlistRan[1])
+		conn->apEnlistRan[1] = NULL;
+	sqlite3_finalize(*pp);
+	*pp = NULL;
 }

@@ -39,8 +39,9 @@ typedef struct FenceGuardSeen
 } FenceGuardSeen;
 
 /*
- * What this connection last read as a resource's highest: a hint only,
- * never trusted for a verdict (fence.c, "Lock first or read first").
+ * What this connection last read as a resource's highest: a hint for the
+ * order of locking (fence.c, "Lock first or read first"), and a verdict
+ * while gen is the connection's cacheGen (fence_cache.c).
  */
 #define FENCE_HINTS 64
 typedef struct FenceHint
@@ -49,7 +50,13 @@ typedef struct FenceHint
 	int			n;
 	int			bHas;
 	sqlite3_int64 highest;
+	unsigned	gen;			/* 0: a hint only */
 } FenceHint;
+
+/* FenceConn.cacheTxn: what the open transaction may take from the cache */
+#define FENCE_CACHE_TXN_UNKNOWN 0	/* no accept yet (or no transaction) */
+#define FENCE_CACHE_TXN_WATCHED 1	/* verdicts used, and recorded at commit */
+#define FENCE_CACHE_TXN_UNWATCHED 2 /* neither */
 
 typedef struct FenceConn
 {
@@ -85,6 +92,25 @@ typedef struct FenceConn
 	sqlite3_stmt *pCanaryToken;
 	int			nTokensReprepared;	/* the three's SQLITE_STMTSTATUS_REPREPARE, summed,
 									 * when fence_tokens' shape was last checked */
+	/* the highest-token cache (fence_cache.c) */
+	unsigned	cacheGen;		/* entries of this generation are verdicts */
+	int			cacheTxn;		/* FENCE_CACHE_TXN_* */
+	int			bCacheRecorded; /* cacheVersion describes what the entries hold */
+	unsigned	cacheVersion;	/* main's data version after the last watched commit */
+	int			bCacheTxnWrote; /* fence_tokens changed in this transaction */
+	int			watchState;		/* watch triggers: 0 unknown, 1 there, 2 not */
+	const char *zWriting;		/* fence's own write of fence_tokens under way: */
+	int			nWriting;		/* the resource, */
+	sqlite3_int64 writingToken; /* the token written, */
+	int			bWritingReset;	/* or a delete */
+	/* schema changes, seen through the enlisting statement (fence_held.c) */
+	sqlite3_stmt *pEnlistLast;	/* the one the open transaction ran */
+	int			bEnlistSchemaSame;	/* and it ran on the schema last checked */
+	sqlite3_stmt *apEnlistRan[2];	/* pEnlist, pEnlistMain when they last ran */
+	int			anEnlistRan[2]; /* and their SQLITE_STMTSTATUS_REPREPARE then */
+	sqlite3_stmt *pSchemaStmt;	/* the statement the schema was last checked with */
+	int			nSchemaReprepare;	/* and its SQLITE_STMTSTATUS_REPREPARE then */
+	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
 	/* guard admission (fence_guard.c) */
 	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
 	int			nGuard;
@@ -107,6 +133,16 @@ typedef struct FenceConn
 	struct FenceStats *pStats;
 } FenceConn;
 
+/* fence_cache.c */
+void		fenceCacheWatchCreate(FenceConn *conn);
+void		fenceCacheTxnBegin(FenceConn *conn);
+void		fenceCacheForget(FenceConn *conn);
+void		fenceCacheSchemaChanged(FenceConn *conn);
+unsigned	fenceCacheStamp(const FenceConn *conn);
+void		fenceCacheTxnEnd(FenceConn *conn, int bCommitted);
+void		fenceCacheRolledBackTo(FenceConn *conn);
+void		fenceTokensChangedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+
 /* fence_held.c */
 #define FENCE_WITNESS_MAX_ARGS 15	/* arguments of fence_witness after the count */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
@@ -114,6 +150,7 @@ void		fenceConnRelease(FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn, int bLockMain);
+void		fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp);
 int			fenceHeldCreateEnlist(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
@@ -237,6 +274,8 @@ int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idAr
 							const char *zRes, int nRes, int bKeyed);
 void		fenceGuardTxnEnded(FenceConn *conn);
 void		fenceGuardRecheckSchema(FenceConn *conn);
+void		fenceGuardRolledBack(FenceConn *conn);
+int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable);
 

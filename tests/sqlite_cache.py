@@ -1,0 +1,305 @@
+#!/usr/bin/python3
+"""tests/sqlite_cache.py: what a connection remembers of fence_tokens between its transactions.
+
+A connection that presents the token it presented in its last transaction
+takes the highest from memory instead of reading fence_tokens
+(sqlite_ext/fence_cache.c). That memory must give way to every change of
+fence_tokens it did not make itself as fence's advance (SPEC "No way around
+the fence": every way fence_tokens changes is seen by the next check in
+every session). Each case below first makes a connection ("A") remember
+resource r at 9 through a guarded write, then changes fence_tokens another
+way, then has A write again at 9 or less, and judges what committed: the
+table, fence_tokens, and whether a later writer at a lower token gets in
+after A's write (which is what a stale memory would allow: A's equal accept
+writes nothing, so a fence_tokens it failed to see stays lower than the
+token A committed a write at).
+
+Every case runs in journal_mode=WAL and journal_mode=DELETE.
+
+Usage: /usr/bin/python3 tests/sqlite_cache.py
+"""
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tap import Report  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTENSION = os.environ.get("FENCE_EXTENSION", os.path.join(ROOT, "sqlite_ext", "fence"))
+report = Report("sqlite cache:")
+work = tempfile.mkdtemp(prefix="fence_cache_")
+
+
+def ok(cond, what, detail=""):
+    return report.ok(cond, what, repr(detail))
+
+
+def connect(path, mode):
+    conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+    conn.enable_load_extension(True)
+    conn.load_extension(EXTENSION)
+    conn.execute("PRAGMA journal_mode=%s" % mode).fetchall()
+    return conn
+
+
+def attempt(conn, *statements):
+    """Run statements in one transaction; return the error or None (rolled back on error)."""
+    try:
+        conn.execute("BEGIN")
+        for s in statements:
+            conn.execute(s).fetchall()
+        conn.execute("COMMIT")
+        return None
+    except sqlite3.Error as e:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        return str(e)
+
+
+def committed(path, sql):
+    c = sqlite3.connect(path)
+    try:
+        return c.execute(sql).fetchall()
+    finally:
+        c.close()
+
+
+def highest(path, resource="r"):
+    rows = committed(path, "SELECT token FROM fence_tokens WHERE resource = '%s'" % resource)
+    return rows[0][0] if rows else None
+
+
+def setup(name, mode):
+    """A fresh file, t protected under r (highest 9), and A having written at 9 twice."""
+    path = os.path.join(work, "%s-%s.db" % (name, mode))
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    a = connect(path, mode)
+    a.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER NOT NULL, tok INTEGER)")
+    a.execute("CREATE TABLE log(who TEXT, tok INTEGER)")
+    a.execute("INSERT INTO t VALUES (1, 0, NULL)")
+    a.execute("SELECT fence_protect('t', 'tok', 'r')")
+    a.execute("SELECT fence_check('r', 9)").fetchall()
+    a.close()
+    a = connect(path, mode)     # loads fence with fence_tokens there: the cache's watch is made
+    for _ in range(2):
+        err = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1")
+        assert err is None, err
+    return path, a
+
+
+def case_other_connection(mode):
+    path, a = setup("other", mode)
+    b = connect(path, mode)
+    err = attempt(b, "UPDATE t SET n = n + 1, tok = 12 WHERE id = 1")
+    ok(err is None, "%s: another connection advances r to 12" % mode, err)
+    err = attempt(a, "UPDATE t SET n = 666, tok = 9 WHERE id = 1")
+    ok(err is not None and "stale" in err and
+              committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+              "%s: A at 9 after another connection's 12 is refused, nothing committed" % mode,
+              err)
+    a.close()
+    b.close()
+
+
+def case_other_process(mode):
+    path, a = setup("process", mode)
+    code = ("import sqlite3; c = sqlite3.connect(%r, isolation_level=None, timeout=5); "
+            "c.enable_load_extension(True); c.load_extension(%r); "
+            "c.execute('BEGIN'); c.execute('UPDATE t SET n = n + 1, tok = 13 WHERE id = 1'); "
+            "c.execute('COMMIT')" % (path, EXTENSION))
+    proc = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True)
+    ok(proc.returncode == 0, "%s: another process advances r to 13" % mode, proc.stderr)
+    err = attempt(a, "UPDATE t SET n = 666, tok = 9 WHERE id = 1")
+    ok(err is not None and committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+              "%s: A at 9 after another process's 13 is refused, nothing committed" % mode, err)
+    a.close()
+
+
+def case_hand_raise(mode, in_fenced_txn):
+    path, a = setup("raise%d" % in_fenced_txn, mode)
+    if in_fenced_txn:
+        # in a transaction A's fence is part of: its commit is recorded by the cache
+        err = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1",
+                      "UPDATE fence_tokens SET token = 20 WHERE resource = 'r'")
+    else:
+        err = attempt(a, "UPDATE fence_tokens SET token = 20 WHERE resource = 'r'")
+    ok(err is None and highest(path) == 20,
+              "%s: A raises r to 20 by hand%s" % (mode, " inside a fenced transaction"
+                                                  if in_fenced_txn else ""), err)
+    err = attempt(a, "UPDATE t SET n = 666, tok = 9 WHERE id = 1")
+    ok(err is not None and committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+              "%s: A at 9 after its own hand raise to 20%s is refused" %
+              (mode, " (fenced transaction)" if in_fenced_txn else ""), err)
+    a.close()
+
+
+def case_hand_delete(mode):
+    """A deletes r's row by hand; B then starts r at 3; A at 9 must raise it to 9."""
+    path, a = setup("delete", mode)
+    err = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1",
+                  "DELETE FROM fence_tokens WHERE resource = 'r'")
+    ok(err is None and highest(path) is None, "%s: A deletes r's row by hand" % mode, err)
+    b = connect(path, mode)
+    err = attempt(b, "UPDATE t SET n = n + 1, tok = 3 WHERE id = 1")
+    ok(err is None and highest(path) == 3, "%s: B starts r again at 3" % mode, err)
+    err = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1")
+    ok(err is None and highest(path) == 9,
+              "%s: A's write at 9 raises fence_tokens to 9 (not taken as equal from memory)" % mode,
+              (err, highest(path)))
+    err = attempt(b, "UPDATE t SET n = 666, tok = 3 WHERE id = 1")
+    ok(err is not None and committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+              "%s: B at 3 after A's 9 is refused" % mode, err)
+    a.close()
+    b.close()
+
+
+def case_reset(mode):
+    path, a = setup("reset", mode)
+    a.execute("SELECT fence_reset('r')").fetchall()
+    b = connect(path, mode)
+    err = attempt(b, "UPDATE t SET n = n + 1, tok = 3 WHERE id = 1")
+    err2 = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1")
+    err3 = attempt(b, "UPDATE t SET n = 666, tok = 3 WHERE id = 1")
+    ok(err is None and err2 is None and highest(path) == 9 and err3 is not None and
+              committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+              "%s: after A's fence_reset and B's 3, A's 9 is recorded and B's 3 refused" % mode,
+              (err, err2, err3, highest(path)))
+    a.close()
+    b.close()
+
+
+def case_rollback(mode, how):
+    """An advance that is undone must not be remembered as the highest."""
+    path, a = setup("rollback-%s" % how, mode)
+    if how == "rollback":
+        a.execute("BEGIN")
+        a.execute("UPDATE t SET n = n + 1, tok = 10 WHERE id = 1")
+        a.execute("ROLLBACK")
+    elif how == "savepoint":
+        a.execute("BEGIN")
+        a.execute("SAVEPOINT s")
+        a.execute("UPDATE t SET n = n + 1, tok = 10 WHERE id = 1")
+        a.execute("ROLLBACK TO s")
+        a.execute("RELEASE s")
+        a.execute("INSERT INTO log VALUES ('A', 0)")
+        a.execute("COMMIT")
+    else:   # a failed statement: the advance in its first row, an error in its second
+        a.execute("INSERT INTO t VALUES (2, 0, 9)")
+        a.execute("BEGIN")
+        try:
+            a.execute("UPDATE t SET n = n + 1, tok = CASE id WHEN 1 THEN 10 ELSE -1 END")
+        except sqlite3.Error:
+            pass
+        a.execute("INSERT INTO log VALUES ('A', 0)")
+        a.execute("COMMIT")
+    ok(highest(path) == 9, "%s, %s: the advance to 10 did not commit" % (mode, how),
+              highest(path))
+    err = attempt(a, "UPDATE t SET n = n + 1, tok = 10 WHERE id = 1")
+    ok(err is None and highest(path) == 10,
+              "%s, %s: A's next write at 10 records 10 in fence_tokens" % (mode, how),
+              (err, highest(path)))
+    b = connect(path, mode)
+    err = attempt(b, "UPDATE t SET n = 666, tok = 9 WHERE id = 1")
+    ok(err is not None and committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+              "%s, %s: B at 9 after A's 10 is refused" % (mode, how), err)
+    a.close()
+    b.close()
+
+
+def case_app_trigger(mode):
+    """A trigger of the application's on fence_tokens changes another resource during fence's advance."""
+    path, a = setup("apptrigger", mode)
+    a.execute("SELECT fence_check('s', 5)").fetchall()
+    a.execute("CREATE TABLE u(id INTEGER PRIMARY KEY, n INTEGER, tok INTEGER)")
+    a.execute("INSERT INTO u VALUES (1, 0, NULL)")
+    a.execute("SELECT fence_protect('u', 'tok', 's')")
+    a.execute("CREATE TRIGGER bump AFTER UPDATE ON fence_tokens WHEN NEW.resource = 'r' "
+              "BEGIN UPDATE fence_tokens SET token = 50 WHERE resource = 's'; END")
+    a.close()
+    a = connect(path, mode)
+    err = attempt(a, "UPDATE u SET n = n + 1, tok = 5 WHERE id = 1")   # A remembers s at 5
+    err = err or attempt(a, "UPDATE u SET n = n + 1, tok = 5 WHERE id = 1")
+    err2 = attempt(a, "UPDATE t SET n = n + 1, tok = 10 WHERE id = 1")  # advance r: bumps s
+    ok(err is None and err2 is None and committed(path, "SELECT token FROM fence_tokens "
+                                                          "WHERE resource = 's'") == [(50,)],
+              "%s: an application trigger on fence_tokens raised s to 50 during r's advance" % mode,
+              (err, err2))
+    err = attempt(a, "UPDATE u SET n = 666, tok = 5 WHERE id = 1")
+    ok(err is not None and committed(path, "SELECT count(*) FROM u WHERE n = 666") == [(0,)],
+              "%s: A at 5 on s after that is refused" % mode, err)
+    a.close()
+
+
+def case_watch_dropped(mode):
+    """Dropping fence's TEMP watch triggers turns the memory off; a hand raise is still seen."""
+    path, a = setup("dropped", mode)
+    a.execute('DROP TRIGGER temp."fence:watch:update"')
+    err = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1",
+                  "UPDATE fence_tokens SET token = 20 WHERE resource = 'r'")
+    err2 = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1")
+    ok(err is None and err2 is not None and
+              committed(path, "SELECT max(n) FROM t") == [(3,)],
+              "%s: without the watch, A's hand raise to 20 refuses A's next write at 9" % mode,
+              (err, err2))
+    # and one made again with another body is not taken for fence's
+    a.execute('CREATE TEMP TRIGGER "fence:watch:update" BEFORE UPDATE ON main.fence_tokens '
+              "BEGIN SELECT 0; END")
+    err = attempt(a, "UPDATE t SET n = n + 1, tok = 20 WHERE id = 1")
+    err2 = attempt(a, "UPDATE fence_tokens SET token = 30 WHERE resource = 'r'")
+    err3 = attempt(a, "UPDATE t SET n = 666, tok = 20 WHERE id = 1")
+    ok(err is None and err2 is None and err3 is not None and
+              committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+              "%s: a look-alike watch trigger that does nothing is not trusted" % mode,
+              (err, err2, err3))
+    a.close()
+
+
+def case_backup(mode, into_self):
+    """The file is replaced by an older copy (backup API): r is 5 there."""
+    path, a = setup("backup%d" % into_self, mode)
+    old = os.path.join(work, "old-%s-%d.db" % (mode, into_self))
+    if os.path.exists(old):
+        os.remove(old)
+    src = sqlite3.connect(old)
+    sqlite3.connect(path).backup(src)
+    src.execute("UPDATE fence_tokens SET token = 5 WHERE resource = 'r'")
+    src.commit()
+    if into_self:
+        src.backup(a)
+    else:
+        dst = sqlite3.connect(path, timeout=5)
+        src.backup(dst)
+        dst.close()
+    src.close()
+    ok(highest(path) == 5, "%s: the file now holds r at 5 (restored %s)" %
+              (mode, "through A itself" if into_self else "by another connection"),
+              highest(path))
+    err = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1")
+    ok(err is None and highest(path) == 9,
+              "%s: A's write at 9 records 9 again (restored %s)" %
+              (mode, "through A" if into_self else "by another connection"), (err, highest(path)))
+    a.close()
+
+
+for mode in ("WAL", "DELETE"):
+    case_other_connection(mode)
+    case_other_process(mode)
+    case_hand_raise(mode, False)
+    case_hand_raise(mode, True)
+    case_hand_delete(mode)
+    case_reset(mode)
+    for how in ("rollback", "savepoint", "statement"):
+        case_rollback(mode, how)
+    case_app_trigger(mode)
+    case_watch_dropped(mode)
+    case_backup(mode, False)
+    case_backup(mode, True)
+
+shutil.rmtree(work, ignore_errors=True)
+sys.exit(report.finish("sqlite_cache"))
