@@ -653,6 +653,7 @@ undoOnError(FenceConn *conn)
 			rc = undoOne(conn, &conn->aUndo[i]);
 		if (rc != SQLITE_OK)
 			conn->bBroken = 1;	/* fail closed: the transaction cannot commit */
+		fenceGuardMemoForget(conn);
 		if (conn->bEnlisted && conn->undoMark <= conn->held.n_entries)
 			fence_held_truncate(&conn->held, conn->undoMark);
 	}
@@ -668,6 +669,7 @@ static int
 heldOutOfMemory(FenceConn *conn)
 {
 	conn->bBroken = 1;
+	fenceGuardMemoForget(conn);
 	return FENCE_RC_BROKEN;
 }
 
@@ -928,9 +930,12 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		}
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token &&
-		fence_held_set(&conn->held, z, (size_t) n, token, 0) != 0)
-		return heldOutOfMemory(conn);
+	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token)
+	{
+		fenceGuardMemoForget(conn);
+		if (fence_held_set(&conn->held, z, (size_t) n, token, 0) != 0)
+			return heldOutOfMemory(conn);
+	}
 	return rc;
 }
 
@@ -1130,7 +1135,7 @@ argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
  * Present a validated token and give the function's result: the token, or
  * with bTry 1/0; a stale token raises unless bTry.
  */
-static void
+static int
 resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, int bTry)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
@@ -1144,7 +1149,7 @@ resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, in
 	if (slot < 0)
 	{
 		resultDbError(ctx, conn, SQLITE_NOMEM);
-		return;
+		return 0;
 	}
 	rc = acceptToken(conn, z, n, token, &stale, &highest);
 	if (rc == SQLITE_OK)
@@ -1157,6 +1162,7 @@ resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, in
 		resultStale(ctx, z, n, token, highest);
 	else
 		sqlite3_result_int64(ctx, token);
+	return rc == SQLITE_OK && !stale;
 }
 
 /* fence_check(resource, token) and fence_try(resource, token) */
@@ -1168,7 +1174,7 @@ checkOrTry(sqlite3_context *ctx, sqlite3_value **argv, int bTry)
 	sqlite3_int64 token = 0;
 
 	if (argResource(ctx, argv[0], &z, &n) && argToken(ctx, argv[1], &token))
-		resultAccept(ctx, z, n, token, bTry);
+		(void) resultAccept(ctx, z, n, token, bTry);
 }
 
 static void
@@ -1234,6 +1240,7 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 						   "effect", z, n);
 	}
 	/* the transaction no longer holds what was forgotten (undone on rollback) */
+	fenceGuardMemoForget(conn);
 	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
 		fence_held_set(&conn->held, z, (size_t) n, -1, 0) != 0)
 		rc = heldOutOfMemory(conn);
@@ -1273,6 +1280,48 @@ guardResource(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value **a
 		: argResource(ctx, argv[1], pz, pn);
 }
 
+/* ---------------------------------------------------------------------
+ * The guard's memo
+ *
+ * A statement that writes many rows of a table with one resource calls the
+ * same guard with the same arguments for each row, and after the first the
+ * answer is known: the guard was admitted, the journal checked, the
+ * resource held at that token. So each kind of guard call remembers the
+ * last call that passed (guard id, resource, token) with conn->guardEpoch
+ * as it was; a call with the same arguments passes at once while the epoch
+ * has not moved. Everything that could change the answer moves it: a
+ * transaction's start or end, a savepoint rolled back, a change of what
+ * the transaction holds, admission forgotten or asked again, a fence
+ * function's undo, running out of memory. Only the one-resource forms
+ * (fence_guard_write/3, fence_guard_fenced/2) use it; a per-row resource
+ * differs from row to row. fence_stats counts the accept as always.
+ * ------------------------------------------------------------------ */
+
+static int
+memoHit(const FenceConn *conn, const FenceGuardMemo *m, sqlite3_value *idArg,
+		sqlite3_value *resArg)
+{
+	return m->epoch == conn->guardEpoch &&
+		sqlite3_value_type(idArg) == SQLITE_INTEGER &&
+		sqlite3_value_int64(idArg) == m->id &&
+		sqlite3_value_type(resArg) == SQLITE_TEXT &&
+		sqlite3_value_bytes(resArg) == m->n &&
+		memcmp(sqlite3_value_text(resArg), m->z, (size_t) m->n) == 0;
+}
+
+static void
+memoSet(FenceConn *conn, FenceGuardMemo *m, sqlite3_value *idArg, const char *z, int n,
+		sqlite3_int64 token)
+{
+	if (n > FENCE_MEMO_MAX || sqlite3_value_type(idArg) != SQLITE_INTEGER)
+		return;
+	m->id = sqlite3_value_int64(idArg);
+	m->token = token;
+	m->n = n;
+	memcpy(m->z, z, (size_t) n);
+	m->epoch = conn->guardEpoch;
+}
+
 /*
  * fence_guard_write(guard, resource, token) / (guard, prefix, key, token): a
  * row written to a protected table carries this token. NULL is "fencing
@@ -1290,6 +1339,20 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	sqlite3_value *tokenArg = argv[argc - 1];
 	int			rc;
 
+	if (argc == 3 && memoHit(conn, &conn->memoWrite, argv[0], argv[1]) &&
+		sqlite3_value_type(tokenArg) == SQLITE_INTEGER &&
+		sqlite3_value_int64(tokenArg) == conn->memoWrite.token)
+	{
+		int			slot = fenceStatsFind(conn, conn->memoWrite.z, conn->memoWrite.n);
+
+		if (slot >= 0)
+		{
+			fenceStatsCount(conn, slot, 0, conn->memoWrite.token);
+			sqlite3_result_int64(ctx, conn->memoWrite.token);
+			return;
+		}
+	}
+
 	/* admission is cached per transaction, which enlisting opens */
 	rc = fenceHeldEnlist(conn, 0);
 	if (rc != SQLITE_OK)
@@ -1304,8 +1367,9 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		resultMissing(ctx, FENCE_MISSING_NULL_TOKEN, z, n);
 		return;
 	}
-	if (argToken(ctx, tokenArg, &token))
-		resultAccept(ctx, z, n, token, 0);
+	if (argToken(ctx, tokenArg, &token) && resultAccept(ctx, z, n, token, 0) && argc == 3 &&
+		conn->bEnlisted && !conn->bBroken)
+		memoSet(conn, &conn->memoWrite, argv[0], z, n, token);
 }
 
 /*
@@ -1321,6 +1385,11 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	const char *z = NULL;
 	int			n = 0;
 
+	if (argc == 2 && memoHit(conn, &conn->memoFenced, argv[0], argv[1]))
+	{
+		sqlite3_result_int(ctx, 1);
+		return;
+	}
 	if (!conn->bEnlisted)
 	{
 		/* holds nothing: refused whoever calls; only the message needs the name */
@@ -1337,7 +1406,11 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (!guardResource(ctx, conn, argc, argv, argc == 3, buf, &z, &n))
 		return;
 	if (fence_held_get(&conn->held, z, (size_t) n) >= 0)
+	{
 		sqlite3_result_int(ctx, 1);
+		if (argc == 2)
+			memoSet(conn, &conn->memoFenced, argv[0], z, n, 0);
+	}
 	else
 		resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);
 }
@@ -1554,6 +1627,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	memset(conn, 0, sizeof(*conn));
 	conn->db = db;
 	conn->cacheGen = 1;
+	conn->guardEpoch = 1;
 	fence_held_init(&conn->held, &fenceSqliteAllocator);
 
 	/* from here on the fence_held module owns conn, even when this fails */

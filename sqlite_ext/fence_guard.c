@@ -152,6 +152,7 @@ forgetAdmitted(FenceConn *conn)
 	conn->nGuard = 0;
 	conn->bForeignChecked = 0;
 	conn->pSchemaStmt = NULL;	/* the next check reads the cookies */
+	fenceGuardMemoForget(conn);
 }
 
 void
@@ -720,6 +721,7 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 void
 fenceGuardRecheckSchema(FenceConn *conn)
 {
+	fenceGuardMemoForget(conn);
 	conn->bGuardTxnChecked = 0;
 	conn->bEnlistSchemaSame = 0;
 }
@@ -728,6 +730,7 @@ fenceGuardRecheckSchema(FenceConn *conn)
 void
 fenceGuardTxnEnded(FenceConn *conn)
 {
+	fenceGuardMemoForget(conn);
 	conn->bGuardTxnChecked = 0;
 	conn->bEnlistSchemaSame = 0;
 	conn->bAdmittedInTxn = 0;

@@ -305,6 +305,7 @@ vtabConn(sqlite3_vtab *pVtab)
 static int
 connStartOver(FenceConn *conn, int bEnlisted)
 {
+	fenceGuardMemoForget(conn);
 	conn->bJournalChecked = 0;
 	fence_held_clear(&conn->held);
 	fenceUndoForget(conn);
@@ -360,6 +361,7 @@ heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 		{
 			/* a later ROLLBACK TO could not undo what it must: fail closed */
 			conn->bBroken = 1;
+			fenceGuardMemoForget(conn);
 			return SQLITE_NOMEM;
 		}
 		conn->aMark = a;
@@ -394,6 +396,7 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
+	fenceGuardMemoForget(conn);
 	if (iSavepoint < conn->nMark)
 	{
 		fence_held_truncate(&conn->held, conn->aMark[iSavepoint]);

@@ -53,6 +53,22 @@ typedef struct FenceHint
 	unsigned	gen;			/* 0: a hint only */
 } FenceHint;
 
+/*
+ * The last guard call that passed, per kind (fence.c, "The guard's memo"):
+ * the next call with the same arguments passes without doing the work
+ * again while nothing that could change its answer has happened
+ * (FenceConn.guardEpoch).
+ */
+#define FENCE_MEMO_MAX 64
+typedef struct FenceGuardMemo
+{
+	unsigned	epoch;			/* FenceConn.guardEpoch when it passed; 0: none */
+	sqlite3_int64 id;			/* the guard id */
+	sqlite3_int64 token;		/* fence_guard_write's token */
+	int			n;				/* the resource */
+	char		z[FENCE_MEMO_MAX];
+} FenceGuardMemo;
+
 /* FenceConn.cacheTxn: what the open transaction may take from the cache */
 #define FENCE_CACHE_TXN_UNKNOWN 0	/* no accept yet (or no transaction) */
 #define FENCE_CACHE_TXN_WATCHED 1	/* verdicts used, and recorded at commit */
@@ -92,6 +108,10 @@ typedef struct FenceConn
 	sqlite3_stmt *pCanaryToken;
 	int			nTokensReprepared;	/* the three's SQLITE_STMTSTATUS_REPREPARE, summed,
 									 * when fence_tokens' shape was last checked */
+	/* what a guard call passed last (fence.c); guardEpoch moves on any change */
+	unsigned	guardEpoch;
+	FenceGuardMemo memoWrite;
+	FenceGuardMemo memoFenced;
 	/* the highest-token cache (fence_cache.c) */
 	unsigned	cacheGen;		/* entries of this generation are verdicts */
 	int			cacheTxn;		/* FENCE_CACHE_TXN_* */
@@ -132,6 +152,14 @@ typedef struct FenceConn
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
 } FenceConn;
+
+/* Anything that could change a guard call's answer happened: no memo holds. */
+static inline void
+fenceGuardMemoForget(FenceConn *conn)
+{
+	if (++conn->guardEpoch == 0)
+		conn->guardEpoch = 1;
+}
 
 /* fence_cache.c */
 void		fenceCacheWatchCreate(FenceConn *conn);
