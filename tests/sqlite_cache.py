@@ -287,7 +287,50 @@ def case_backup(mode, into_self):
     a.close()
 
 
+def case_memo_reset(mode):
+    """Within one statement: a fence given up on row 2 no longer lets row 2's delete through."""
+    path, a = setup("memo", mode)
+    a.execute("INSERT INTO t VALUES (2, 0, 9)")
+    a.execute("BEGIN")
+    a.execute("SELECT fence_check('r', 9)").fetchall()
+    try:
+        a.execute("UPDATE t SET n = n + 1 + CASE WHEN id = 2 THEN coalesce(fence_reset('r'), 0) "
+                  "ELSE 0 END WHERE id IN (1, 2)")
+        err = None
+    except sqlite3.Error as e:
+        err = str(e)
+    a.execute("COMMIT")
+    ok(err is not None and committed(path, "SELECT max(n) FROM t") == [(2,)],
+       "%s: a tokenless UPDATE whose second row comes after fence_reset of its resource is "
+       "refused, the first row's update undone with it" % mode,
+       (err, committed(path, "SELECT * FROM t")))
+    a.close()
+
+
+def case_memo_savepoint(mode):
+    """A fence rolled back with its savepoint no longer lets tokenless writes through."""
+    path, a = setup("memosp", mode)
+    a.execute("BEGIN")
+    a.execute("SAVEPOINT s")
+    a.execute("UPDATE t SET n = n + 1, tok = 10 WHERE id = 1")
+    a.execute("UPDATE t SET n = n + 1 WHERE id = 1")      # fenced: the memo remembers it
+    a.execute("ROLLBACK TO s")
+    try:
+        a.execute("UPDATE t SET n = 666 WHERE id = 1")
+        err = None
+    except sqlite3.Error as e:
+        err = str(e)
+    a.execute("COMMIT")
+    ok(err is not None and committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)]
+       and highest(path) == 9,
+       "%s: after ROLLBACK TO, a tokenless UPDATE is refused and r stays at 9" % mode,
+       (err, highest(path)))
+    a.close()
+
+
 for mode in ("WAL", "DELETE"):
+    case_memo_reset(mode)
+    case_memo_savepoint(mode)
     case_other_connection(mode)
     case_other_process(mode)
     case_hand_raise(mode, False)
