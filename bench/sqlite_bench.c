@@ -153,7 +153,7 @@ installFloor(sqlite3 *db, const char *table)
 		/* fence's check is the WHEN clause (or, before 1.4, the body): cut both */
 		char	   *body = strstr(triggers[i], " WHEN ") ? strstr(triggers[i], " WHEN ") :
 			strstr(triggers[i], " BEGIN ");
-		int			isDelete = strstr(triggers[i], " DELETE ") != NULL;
+		int			isDelete;
 		char	   *floorSql;
 
 		if (body == NULL)
@@ -162,6 +162,8 @@ installFloor(sqlite3 *db, const char *table)
 			exit(1);
 		}
 		*body = '\0';
+		/* the head only: fence's body (1.4) deletes from fence_join */
+		isDelete = strstr(triggers[i], " DELETE ") != NULL;
 		floorSql = sqlite3_mprintf("%s BEGIN SELECT abs(%s.tok); END", triggers[i],
 								   isDelete ? "OLD" : "NEW");
 		exec(db, floorSql);

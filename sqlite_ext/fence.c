@@ -132,6 +132,7 @@ fenceFinalizeStatements(FenceConn *conn)
 	fenceEnlistForget(conn, &conn->pEnlistMain);
 	sqlite3_finalize(conn->pCanaryToken);
 	sqlite3_finalize(conn->pProbeMain);
+	conn->pProbeSeen = NULL;
 	sqlite3_finalize(conn->pProbeTemp);
 	sqlite3_finalize(conn->pJournalMode);
 	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pEnlist = NULL;
@@ -321,6 +322,77 @@ tokenTableExists(FenceConn *conn, int *pExists)
 }
 
 /*
+ * Does this connection share its page cache (shared-cache mode: a
+ * file:...?cache=shared URI, SQLITE_OPEN_SHAREDCACHE, or
+ * sqlite3_enable_shared_cache)? There, connections of one process see each
+ * other's pages at once and are kept apart by table locks, which SQLite
+ * codes into a statement that reads a table (OP_TableLock) only then: the
+ * plan of a read of fence_tokens says. Asked once, when fence_tokens is
+ * first read; unknown (so never taken as "not shared") until then.
+ */
+static void
+detectSharedCache(FenceConn *conn)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			shared = FENCE_SHARED_UNKNOWN;
+
+	if (sqlite3_prepare_v2(conn->db, "EXPLAIN SELECT 1 FROM main.fence_tokens", -1, &stmt,
+						   NULL) == SQLITE_OK)
+	{
+		int			rc;
+
+		shared = FENCE_SHARED_NO;
+		while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
+		{
+			const char *zOp = (const char *) sqlite3_column_text(stmt, 1);
+
+			if (zOp == NULL)
+			{
+				shared = FENCE_SHARED_UNKNOWN;	/* blinded: cannot tell */
+				break;
+			}
+			if (strcmp(zOp, "TableLock") == 0)
+				shared = FENCE_SHARED_YES;
+		}
+		if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+			shared = FENCE_SHARED_UNKNOWN;
+	}
+	sqlite3_finalize(stmt);
+	conn->sharedCache = shared;
+}
+
+/*
+ * In shared-cache mode, PRAGMA read_uncommitted lets this connection read
+ * fence_tokens as another connection's open transaction left it, without
+ * the table lock that would otherwise keep that connection from
+ * committing under our verdict: a token it then rolls back could be
+ * judged equal. fence refuses to judge then.
+ */
+static int
+readUncommittedRefused(FenceConn *conn, const char *z, int n)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			rc;
+	int			bOn = 1;
+
+	rc = sqlite3_prepare_v2(conn->db, "PRAGMA read_uncommitted", -1, &stmt, NULL);
+	if (rc == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW &&
+		sqlite3_column_type(stmt, 0) == SQLITE_INTEGER)
+		bOn = sqlite3_column_int(stmt, 0) != 0;
+	sqlite3_finalize(stmt);
+	if (!bOn)
+		return SQLITE_OK;
+	conn->savedRc = FENCE_RC_UNTRUSTED;
+	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
+					 "fence: this connection shares its page cache (shared-cache mode) with "
+					 "PRAGMA read_uncommitted on (or could not tell), so it would read other "
+					 "connections' uncommitted tokens for resource \"%.*s\"; fence refuses to "
+					 "judge the token: set PRAGMA read_uncommitted = 0 on connections that use "
+					 "fence (or do not use shared-cache mode)", n, z);
+	return FENCE_RC_UNTRUSTED;
+}
+
+/*
  * Prepare *pp once. With bCreate, a missing fence_tokens is created (SPEC:
  * "created on first use"); without, a missing table leaves *pp NULL and
  * returns SQLITE_OK, which readers take as "no highest".
@@ -358,6 +430,8 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 		rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 	}
 	conn->nTokensReprepared = tokensReprepared(conn);
+	if (rc == SQLITE_OK && conn->sharedCache == FENCE_SHARED_UNKNOWN)
+		detectSharedCache(conn);
 	return rc;
 }
 
@@ -875,6 +949,8 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 				hintSet(conn, z, n, has, highest);
 		}
 	}
+	if (rc == SQLITE_OK && conn->sharedCache == FENCE_SHARED_YES)
+		rc = readUncommittedRefused(conn, z, n);
 	if (rc != SQLITE_OK)
 		return rc;
 	outer = conn->bEnlisted ? outerWriter(conn) : NULL;
@@ -1031,7 +1107,7 @@ resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 		 sqlite3_errcode(conn->db) == SQLITE_ROW))
 		msg = sqlite3_errstr(rc);
 	sqlite3_result_error(ctx, msg, -1);
-	sqlite3_result_error_code(ctx, rc);
+	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
 }
 
 /* A resource argument: TEXT, non-empty, at most FENCE_RESOURCE_MAX bytes. */
@@ -1500,7 +1576,7 @@ fenceResultError(sqlite3_context *ctx, const char *zMsg, int rc)
 {
 	undoOnError(sqlite3_user_data(ctx));
 	sqlite3_result_error(ctx, zMsg, -1);
-	sqlite3_result_error_code(ctx, rc);
+	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
 }
 
 void

@@ -82,6 +82,9 @@ SQLITE_EXTENSION_INIT3
 static const char *const watchName[3] = {
 	"fence:watch:insert", "fence:watch:update", "fence:watch:delete"
 };
+/* fence_tokens_changed(NULL, NULL, NULL): this connection's FenceConn, as a pointer */
+#define WATCH_POINTER "fence.watch"
+
 /* after "CREATE TEMP TRIGGER "; sqlite_temp_master keeps "CREATE TRIGGER " and this */
 static const char *const watchSql[3] = {
 	"\"fence:watch:insert\" BEFORE INSERT ON main.fence_tokens"
@@ -170,6 +173,20 @@ watchPresent(FenceConn *conn)
 			}
 	}
 	sqlite3_finalize(stmt);
+
+	/*
+	 * And the function they call is fence's: an application's
+	 * create_function of the same name would take the triggers' calls
+	 * (and expire every statement, which brings fence back here).
+	 */
+	if (bOk && nFound == 3)
+	{
+		bOk = 0;
+		if (sqlite3_prepare_v2(conn->db, "SELECT fence_tokens_changed(NULL, NULL, NULL)", -1,
+							   &stmt, NULL) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW)
+			bOk = sqlite3_value_pointer(sqlite3_column_value(stmt, 0), WATCH_POINTER) == conn;
+		sqlite3_finalize(stmt);
+	}
 	conn->watchState = bOk && nFound == 3 ? 1 : 2;
 	return conn->watchState == 1;
 }
@@ -195,8 +212,8 @@ triggersEnabled(sqlite3 *db)
 static int
 watchable(FenceConn *conn)
 {
-	return sqlite3_db_name(conn->db, 2) == NULL && triggersEnabled(conn->db) &&
-		watchPresent(conn);
+	return conn->sharedCache == FENCE_SHARED_NO && sqlite3_db_name(conn->db, 2) == NULL &&
+		triggersEnabled(conn->db) && watchPresent(conn);
 }
 
 /*
@@ -303,6 +320,17 @@ fenceTokensChangedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	int			i;
 
 	(void) argc;
+	if (sqlite3_value_type(argv[0]) == SQLITE_NULL && sqlite3_value_type(argv[1]) == SQLITE_NULL &&
+		sqlite3_value_type(argv[2]) == SQLITE_NULL)
+	{
+		/*
+		 * No row has three NULLs (resource is NOT NULL): fence asking whether
+		 * this function is its own (watchPresent). To SQL it reads as NULL,
+		 * so a trigger whose reads an authorizer blinded raises.
+		 */
+		sqlite3_result_pointer(ctx, conn, WATCH_POINTER, NULL);
+		return;
+	}
 	for (i = 0; i < 2 && bOurs; i++)
 	{
 		if (sqlite3_value_type(argv[i]) == SQLITE_NULL)

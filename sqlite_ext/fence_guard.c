@@ -75,17 +75,19 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 		sqlite3_result_error_nomem(ctx);
 		return;
 	}
-	sqlite3_result_error(ctx, zMsg, -1);
+	/* a table of the application's hides fence's: say that, not "not an error" */
+	sqlite3_result_error(ctx, rc == FENCE_RC_SHADOWED ? FENCE_SHADOWED_MSG : zMsg, -1);
 
 	/*
 	 * A statement of ours that ended without its row (SQLITE_DONE: an
 	 * authorizer answered SQLITE_IGNORE to a PRAGMA) must not become the
 	 * error code: SQLite ends a statement whose function reports
 	 * SQLITE_DONE without an error, and the refused write would look done.
+	 * Nor may fence's own negative codes (FENCE_RC_SHADOWED...): SQLite
+	 * takes a negative error code for no error at all, and the function's
+	 * result would be the message, not NULL, which the guard passes.
 	 */
-	if (rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE)
-		rc = SQLITE_ERROR;
-	sqlite3_result_error_code(ctx, rc);
+	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
 	sqlite3_free(zMsg);
 }
 
@@ -202,8 +204,31 @@ fenceSchemaCheck(FenceConn *conn)
 		return SQLITE_OK;
 	}
 	rc = stepInt64(conn, &conn->pProbeMain, guardProbeMainSql, &cookieMain);
-	if (rc == SQLITE_OK)
-		rc = stepInt64(conn, &conn->pProbeTemp, guardProbeTempSql, &cookieTemp);
+	if (rc != SQLITE_OK)
+		return rc;
+
+	/*
+	 * Joined through fence_join (no enlisting statement ran): main's cookie
+	 * is read, and TEMP's changes show as the probe being prepared again
+	 * (they expire every statement).
+	 */
+	{
+		int			n = sqlite3_stmt_status(conn->pProbeMain, SQLITE_STMTSTATUS_REPREPARE, 0);
+		int			bSame = conn->pProbeSeen == conn->pProbeMain && conn->nProbeSeen == n &&
+			cookieMain == conn->cookieMain && conn->pSchemaStmt != NULL &&
+			attachedCount(conn->db) == 0;
+
+		if (conn->pProbeSeen != conn->pProbeMain || conn->nProbeSeen != n)
+			fenceCacheSchemaChanged(conn);
+		conn->pProbeSeen = conn->pProbeMain;
+		conn->nProbeSeen = n;
+		if (bSame && conn->bEnlisted)
+		{
+			conn->bGuardTxnChecked = 1;
+			return SQLITE_OK;
+		}
+	}
+	rc = stepInt64(conn, &conn->pProbeTemp, guardProbeTempSql, &cookieTemp);
 	if (rc != SQLITE_OK)
 		return rc;
 	if (cookieMain != conn->cookieMain || cookieTemp != conn->cookieTemp ||
@@ -214,12 +239,17 @@ fenceSchemaCheck(FenceConn *conn)
 		conn->cookieTemp = cookieTemp;
 		fenceCacheSchemaChanged(conn);
 	}
-	/* the next transaction's enlisting statement answers, if it is this one */
-	if (conn->bEnlisted && conn->pEnlistLast != NULL && attachedCount(conn->db) == 0)
+	/*
+	 * The next transaction's enlisting statement answers, if it is this
+	 * one; or the probe does (pSchemaStmt only says then that the cookies
+	 * were read with nothing forgotten since).
+	 */
+	if (conn->bEnlisted && attachedCount(conn->db) == 0)
 	{
-		conn->pSchemaStmt = conn->pEnlistLast;
-		conn->nSchemaReprepare = sqlite3_stmt_status(conn->pEnlistLast,
-													 SQLITE_STMTSTATUS_REPREPARE, 0);
+		sqlite3_stmt *p = conn->pEnlistLast ? conn->pEnlistLast : conn->pProbeMain;
+
+		conn->pSchemaStmt = p;
+		conn->nSchemaReprepare = sqlite3_stmt_status(p, SQLITE_STMTSTATUS_REPREPARE, 0);
 	}
 	/* kept until the transaction ends, which only an enlisted one reports */
 	conn->bGuardTxnChecked = conn->bEnlisted;

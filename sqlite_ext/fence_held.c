@@ -121,14 +121,13 @@ heldConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 	HeldVtab   *vtab;
 	int			rc;
 
-	(void) argc;
-	(void) argv;
 	(void) pzErr;
 	rc = sqlite3_declare_vtab(db, "CREATE TABLE x(resource TEXT, token INTEGER)");
 	if (rc != SQLITE_OK)
 		return rc;
 	/* a planted view or trigger must not be able to enlist or read it */
-	sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
+	if (argv == NULL || argc < 1 || sqlite3_stricmp(argv[0], "fence_join") != 0)
+		sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
 	vtab = sqlite3_malloc(sizeof(*vtab));
 	if (vtab == NULL)
 		return SQLITE_NOMEM;
@@ -175,7 +174,17 @@ txnConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 static int
 txnDisconnect(sqlite3_vtab *pVtab)
 {
-	connRelease(((HeldVtab *) pVtab)->conn);
+	FenceConn  *conn = ((HeldVtab *) pVtab)->conn;
+
+	if (conn->pJoined == pVtab)
+	{
+		/* it will not hear the transaction end: hold nothing, fail closed */
+		conn->pJoined = NULL;
+		conn->bEnlisted = 0;
+		conn->bBroken = 1;
+		fenceGuardMemoForget(conn);
+	}
+	connRelease(conn);
 	sqlite3_free(pVtab);
 	return SQLITE_OK;
 }
@@ -316,11 +325,28 @@ connStartOver(FenceConn *conn, int bEnlisted)
 	return SQLITE_OK;
 }
 
+/*
+ * Two of fence's tables can join one transaction: temp.fence_enlist (or
+ * main.fence_txn) through fence's enlisting statement, and main.fence_join
+ * through the prologue of a statement that fires a guard trigger (whose
+ * body names it). The first to join is the transaction's (conn->pJoined);
+ * the calls SQLite makes on the other are ignored, since the first hears
+ * every savepoint the other does, and more.
+ */
+static int
+notJoined(sqlite3_vtab *pVtab)
+{
+	return vtabConn(pVtab)->pJoined != pVtab;
+}
+
 static int
 heldBegin(sqlite3_vtab *pVtab)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
+	if (conn->pJoined != NULL)
+		return SQLITE_OK;
+	conn->pJoined = pVtab;
 	conn->nBegin++;
 	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
 		fenceCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
@@ -332,6 +358,9 @@ heldCommit(sqlite3_vtab *pVtab)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
+	if (notJoined(pVtab))
+		return SQLITE_OK;
+	conn->pJoined = NULL;
 	fenceCacheTxnEnd(conn, 1);
 	return connStartOver(conn, 0);
 }
@@ -341,6 +370,9 @@ heldRollback(sqlite3_vtab *pVtab)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
+	if (notJoined(pVtab))
+		return SQLITE_OK;
+	conn->pJoined = NULL;
 	fenceGuardRolledBack(conn);
 	fenceCacheTxnEnd(conn, 0);
 	return connStartOver(conn, 0);
@@ -352,6 +384,8 @@ heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 	FenceConn  *conn = vtabConn(pVtab);
 	int			k;
 
+	if (notJoined(pVtab))
+		return SQLITE_OK;
 	if (iSavepoint >= conn->nMarkAlloc)
 	{
 		int			nAlloc = iSavepoint + 8;
@@ -385,6 +419,8 @@ heldRelease(sqlite3_vtab *pVtab, int iSavepoint)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
+	if (notJoined(pVtab))
+		return SQLITE_OK;
 	/* what was held stays held; only the marks go */
 	if (iSavepoint < conn->nMark)
 		conn->nMark = iSavepoint;
@@ -396,6 +432,8 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
+	if (notJoined(pVtab))
+		return SQLITE_OK;
 	fenceGuardMemoForget(conn);
 	if (iSavepoint < conn->nMark)
 	{
@@ -452,6 +490,40 @@ static const sqlite3_module txnModule = {
 	heldBestIndex,
 	txnDisconnect,
 	txnDisconnect,				/* xDestroy: DROP TABLE temp.fence_enlist */
+	heldOpen,
+	heldClose,
+	heldFilter,
+	heldNext,
+	heldEof,
+	heldColumn,
+	heldRowid,
+	heldUpdate,
+	heldBegin,
+	heldSync,
+	heldCommit,
+	heldRollback,
+	NULL,						/* xFindFunction */
+	NULL,						/* xRename */
+	heldSavepoint,
+	heldRelease,
+	heldRollbackTo,
+	NULL						/* xShadowName */
+};
+
+/*
+ * fence_join: fence_txn again, for the guard triggers, whose bodies name it
+ * (fence_protect.c) so that every statement firing one joins it as it
+ * starts. Eponymous only, and not DIRECTONLY, since a trigger stored in the
+ * schema names it; what a planted object can do with it is join a
+ * transaction to fence (which changes nothing) or read what it holds.
+ */
+static const sqlite3_module joinModule = {
+	2,							/* iVersion: 2 for the savepoint methods */
+	NULL,						/* xCreate: eponymous only */
+	txnConnect,
+	heldBestIndex,
+	txnDisconnect,
+	NULL,						/* xDestroy */
 	heldOpen,
 	heldClose,
 	heldFilter,
@@ -698,6 +770,8 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 	if (rc == SQLITE_OK)
 		rc = sqlite3_create_module_v2(db, "fence_txn", &txnModule, conn, NULL);
 	if (rc == SQLITE_OK)
+		rc = sqlite3_create_module_v2(db, "fence_join", &joinModule, conn, NULL);
+	if (rc == SQLITE_OK)
 		rc = sqlite3_create_module_v2(db, "fence_witness", &witnessModule, NULL, NULL);
 	if (rc == SQLITE_OK)
 		rc = fenceStatsRegister(db, conn);
@@ -712,6 +786,7 @@ void
 fenceHeldUnregister(sqlite3 *db)
 {
 	sqlite3_create_module_v2(db, "fence_witness", NULL, NULL, NULL);
+	sqlite3_create_module_v2(db, "fence_join", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_stats", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_txn", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_held", NULL, NULL, NULL);

@@ -81,7 +81,7 @@ resultError(sqlite3_context *ctx, int rc, char *zMsg)
 		return;
 	}
 	sqlite3_result_error(ctx, zMsg, -1);
-	sqlite3_result_error_code(ctx, rc);
+	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
 	sqlite3_free(zMsg);
 }
 
@@ -673,13 +673,16 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * guard would not run at all) and for a function makes its call NULL. WHEN
  * is an expression with no SELECT of its own, and RAISE is no function, so
  * a condition that is not exactly true (false or NULL: something did not
- * run) raises. The body, never reached, is a placeholder. Takes G last.
+ * run) raises. The body is never reached; it names fence_join, which makes
+ * SQLite join that table to the transaction when a statement that fires the
+ * trigger starts (fence_held.c), so that the guard need not run a statement
+ * of its own to learn where the transaction ends. Takes G last.
  * The comment FENCE_GUARD_SHAPE marks the triggers of this shape: admission
  * refuses a guard whose triggers lack it (fence_guard.c).
  */
 #define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ CASE WHEN "
 #define GUARD_WHEN_TAIL " THEN 0 ELSE RAISE(ABORT, 'fence guard %lld did not run (an " \
-	"authorizer ignored it?): write refused') END BEGIN SELECT 0; END"
+	"authorizer ignored it?): write refused') END BEGIN DELETE FROM fence_join WHERE 0; END"
 
 static char *
 protectSql(const ProtectSpec *spec)

@@ -69,6 +69,10 @@ typedef struct FenceGuardMemo
 	char		z[FENCE_MEMO_MAX];
 } FenceGuardMemo;
 
+#define FENCE_SHARED_UNKNOWN 0
+#define FENCE_SHARED_YES 1
+#define FENCE_SHARED_NO 2
+
 /* FenceConn.cacheTxn: what the open transaction may take from the cache */
 #define FENCE_CACHE_TXN_UNKNOWN 0	/* no accept yet (or no transaction) */
 #define FENCE_CACHE_TXN_WATCHED 1	/* verdicts used, and recorded at commit */
@@ -79,6 +83,7 @@ typedef struct FenceConn
 	sqlite3    *db;
 	int			nRef;			/* the module and each connected table */
 	int			bEnlisted;		/* fence_held is part of the open transaction */
+	sqlite3_vtab *pJoined;		/* through this table of fence's (fence_held.c) */
 	int			bVtabConnected; /* the eponymous fence_held is connected */
 	int			bBroken;		/* out of memory: what is held is unknown */
 	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
@@ -112,6 +117,7 @@ typedef struct FenceConn
 	unsigned	guardEpoch;
 	FenceGuardMemo memoWrite;
 	FenceGuardMemo memoFenced;
+	int			sharedCache;	/* FENCE_SHARED_*: main in shared-cache mode? (fence.c) */
 	/* the highest-token cache (fence_cache.c) */
 	unsigned	cacheGen;		/* entries of this generation are verdicts */
 	int			cacheTxn;		/* FENCE_CACHE_TXN_* */
@@ -131,6 +137,8 @@ typedef struct FenceConn
 	sqlite3_stmt *pSchemaStmt;	/* the statement the schema was last checked with */
 	int			nSchemaReprepare;	/* and its SQLITE_STMTSTATUS_REPREPARE then */
 	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
+	sqlite3_stmt *pProbeSeen;	/* pProbeMain when it last ran */
+	int			nProbeSeen;		/* and its SQLITE_STMTSTATUS_REPREPARE then */
 	/* guard admission (fence_guard.c) */
 	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
 	int			nGuard;
@@ -152,6 +160,19 @@ typedef struct FenceConn
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
 } FenceConn;
+
+/*
+ * The code a function's error is raised with. SQLite takes a code <= 0 for
+ * no error at all (the function's result is then its message, which no
+ * guard may take for a pass), and SQLITE_ROW/SQLITE_DONE end a statement
+ * as if nothing failed: those, and fence's own negative codes, become
+ * SQLITE_ERROR.
+ */
+static inline int
+fenceErrorCode(int rc)
+{
+	return rc <= SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_ERROR : rc;
+}
 
 /* Anything that could change a guard call's answer happened: no memo holds. */
 static inline void

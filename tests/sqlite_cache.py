@@ -328,7 +328,93 @@ def case_memo_savepoint(mode):
     a.close()
 
 
+def shared_setup(name, mode):
+    path, a = setup(name, mode)
+    a.close()
+    uri = "file:%s?cache=shared" % path
+
+    def sconnect():
+        c = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=0.2,
+                            check_same_thread=False)
+        c.enable_load_extension(True)
+        c.load_extension(EXTENSION)
+        return c
+    return path, sconnect
+
+
+def try_all(conn, *statements):
+    """Run statements; return the first error (the transaction is left as it is)."""
+    for st in statements:
+        try:
+            conn.execute(st).fetchall()
+        except sqlite3.Error as e:
+            return str(e)
+    return None
+
+
+def case_shared_cache(mode):
+    """Shared cache: A at 10 (from memory?) must keep B from committing 20 under it."""
+    path, sconnect = shared_setup("shared", mode)
+    a, b = sconnect(), sconnect()
+    for _ in range(3):      # the holder's usual transactions: fence_check, then its writes
+        assert attempt(a, "SELECT fence_check('r', 10)",
+                       "UPDATE t SET n = n + 1 WHERE id = 1") is None
+    a.execute("BEGIN")
+    a.execute("SELECT fence_check('r', 10)").fetchall()
+    err_b = try_all(b, "BEGIN", "UPDATE t SET n = n + 1, tok = 20 WHERE id = 1", "COMMIT")
+    if b.in_transaction:
+        b.execute("ROLLBACK")
+    err_a = try_all(a, "UPDATE t SET n = 1000 WHERE id = 1", "COMMIT")
+    if a.in_transaction:
+        a.execute("ROLLBACK")
+    rows = committed(path, "SELECT n, tok FROM t WHERE id = 1")
+    ok(not (err_a is None and err_b is None) and highest(path) in (10, 20) and
+       not (rows[0][0] == 1000 and highest(path) == 20),
+       "%s, shared cache: a write fenced at 10 does not commit after 20 did" % mode,
+       (err_a, err_b, rows, highest(path)))
+    a.close()
+    b.close()
+
+
+def case_read_uncommitted(mode):
+    """Shared cache + read_uncommitted: a token another connection rolls back is never judged on."""
+    path, sconnect = shared_setup("uncommitted", mode)
+    a, b = sconnect(), sconnect()
+    a.execute("PRAGMA read_uncommitted = 1")
+    b.execute("BEGIN")
+    b.execute("SELECT fence_check('r', 20)").fetchall()
+    err = try_all(a, "BEGIN", "SELECT count(*) FROM log", "SELECT fence_check('r', 20)")
+    b.execute("ROLLBACK")
+    err2 = try_all(a, "UPDATE t SET n = 1000 WHERE id = 1", "COMMIT")
+    if a.in_transaction:
+        a.execute("ROLLBACK")
+    ok(committed(path, "SELECT count(*) FROM t WHERE n = 1000") == [(0,)] and highest(path) == 9,
+       "%s, shared cache, read_uncommitted: no write commits at a token another connection "
+       "rolled back" % mode, (err, err2, highest(path)))
+    ok(err is not None and "read_uncommitted" in err,
+       "%s, shared cache, read_uncommitted: fence refuses and says why" % mode, err)
+    a.close()
+    b.close()
+
+
+def case_function_override(mode):
+    """An application function named like the watch's: the memory is not used."""
+    path, a = setup("override", mode)
+    a.create_function("fence_tokens_changed", 3, lambda *args: 1)
+    err = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1",
+                  "UPDATE fence_tokens SET token = 20 WHERE resource = 'r'")
+    err2 = attempt(a, "UPDATE t SET n = 666, tok = 9 WHERE id = 1")
+    ok(err is None and err2 is not None and
+       committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+       "%s: with the watch's function replaced, A's hand raise to 20 still refuses A at 9" % mode,
+       (err, err2))
+    a.close()
+
+
 for mode in ("WAL", "DELETE"):
+    case_shared_cache(mode)
+    case_read_uncommitted(mode)
+    case_function_override(mode)
     case_memo_reset(mode)
     case_memo_savepoint(mode)
     case_other_connection(mode)
