@@ -109,6 +109,7 @@ fenceCacheWatchCreate(FenceConn *conn)
 	char	   *zErr = NULL;
 	char	   *zSql;
 	sqlite3_stmt *p;
+	int			rc;
 
 	if (!sqlite3_get_autocommit(db) || sqlite3_db_readonly(db, "main") < 0)
 		return;
@@ -116,8 +117,17 @@ fenceCacheWatchCreate(FenceConn *conn)
 	for (p = sqlite3_next_stmt(db, NULL); p; p = sqlite3_next_stmt(db, p))
 		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
 			return;
-	if (sqlite3_table_column_metadata(db, "main", "fence_tokens", "token", NULL, NULL,
-									  NULL, NULL, NULL) != SQLITE_OK)
+	/*
+	 * A statement, not sqlite3_table_column_metadata: its "no such table"
+	 * would stay the connection's error, which sqlite3_open_v2 reports as
+	 * its own after an automatic extension's init.
+	 */
+	if (sqlite3_prepare_v2(db, "SELECT 1 FROM main.sqlite_master WHERE type = 'table' "
+						   "AND name = 'fence_tokens'", -1, &p, NULL) != SQLITE_OK)
+		return;
+	rc = sqlite3_step(p);
+	sqlite3_finalize(p);
+	if (rc != SQLITE_ROW)
 		return;
 	if (fenceOwnTableShape(db, "fence_tokens", &zErr) != SQLITE_OK)
 	{
@@ -335,9 +345,12 @@ fenceTokensChangedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	{
 		if (sqlite3_value_type(argv[i]) == SQLITE_NULL)
 			continue;
-		bOurs = sqlite3_value_type(argv[i]) == SQLITE_TEXT &&
-			sqlite3_value_bytes(argv[i]) == conn->nWriting &&
-			memcmp(sqlite3_value_text(argv[i]), conn->zWriting, (size_t) conn->nWriting) == 0;
+		const unsigned char *z = sqlite3_value_type(argv[i]) == SQLITE_TEXT ?
+			sqlite3_value_text(argv[i]) : NULL;
+
+		/* not TEXT, or no memory to read it: not ours, so forget (fails safe) */
+		bOurs = z != NULL && sqlite3_value_bytes(argv[i]) == conn->nWriting &&
+			memcmp(z, conn->zWriting, (size_t) conn->nWriting) == 0;
 	}
 	if (bOurs && conn->bWritingReset)
 		bOurs = sqlite3_value_type(argv[1]) == SQLITE_NULL;

@@ -73,6 +73,8 @@ typedef struct FenceGuardMemo
 #define FENCE_SHARED_YES 1
 #define FENCE_SHARED_NO 2
 
+#define FENCE_HELD_FIRST 16		/* a power of two */
+
 /* FenceConn.cacheTxn: what the open transaction may take from the cache */
 #define FENCE_CACHE_TXN_UNKNOWN 0	/* no accept yet (or no transaction) */
 #define FENCE_CACHE_TXN_WATCHED 1	/* verdicts used, and recorded at commit */
@@ -90,6 +92,9 @@ typedef struct FenceConn
 	FenceHint	aHint[FENCE_HINTS];
 	unsigned	nBegin;			/* transactions fence_txn has joined */
 	FenceHeld	held;			/* what the open transaction holds */
+	FenceHeldEntry aHeldFirst[FENCE_HELD_FIRST];	/* its first entries, */
+	int			aHeldBuckets[FENCE_HELD_FIRST]; /* buckets */
+	char		zHeldNames[FENCE_HELD_FIRST * 32];	/* and resources' copies */
 	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
 	int			nMark;
 	int			nMarkAlloc;
