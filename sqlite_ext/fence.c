@@ -953,7 +953,14 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		rc = readUncommittedRefused(conn, z, n);
 	if (rc != SQLITE_OK)
 		return rc;
-	outer = conn->bEnlisted ? outerWriter(conn) : NULL;
+	/*
+	 * A guard's accept needs no undo log: the statement that fires a guard
+	 * trigger has triggers that may abort, so SQLite gives it a statement
+	 * journal (or, in autocommit, rolls the whole transaction back), which
+	 * undoes its writes of fence_tokens and tells fence_held to truncate.
+	 * Finding the outer statement walks every statement of the connection.
+	 */
+	outer = conn->bEnlisted && !conn->bInGuard ? outerWriter(conn) : NULL;
 	if (outer)
 		undoFor(conn, outer);
 
@@ -1443,9 +1450,17 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		resultMissing(ctx, FENCE_MISSING_NULL_TOKEN, z, n);
 		return;
 	}
-	if (argToken(ctx, tokenArg, &token) && resultAccept(ctx, z, n, token, 0) && argc == 3 &&
-		conn->bEnlisted && !conn->bBroken)
-		memoSet(conn, &conn->memoWrite, argv[0], z, n, token);
+	if (argToken(ctx, tokenArg, &token))
+	{
+		int			bAccepted;
+		int			bWasInGuard = conn->bInGuard;
+
+		conn->bInGuard = 1;
+		bAccepted = resultAccept(ctx, z, n, token, 0);
+		conn->bInGuard = bWasInGuard;
+		if (bAccepted && argc == 3 && conn->bEnlisted && !conn->bBroken)
+			memoSet(conn, &conn->memoWrite, argv[0], z, n, token);
+	}
 }
 
 /*

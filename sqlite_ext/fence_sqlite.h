@@ -107,6 +107,7 @@ typedef struct FenceConn
 	int			nUndo;
 	int			nUndoAlloc;
 	int			bUndoing;		/* undoOnError is running */
+	int			bInGuard;		/* the accept under way is a guard's (no undo log) */
 	int			savedRc;		/* the error zSavedErr describes */
 	char		zSavedErr[1536];
 	/* cached statements, finalized when fence_held disconnects (at close) */

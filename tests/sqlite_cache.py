@@ -328,6 +328,37 @@ def case_memo_savepoint(mode):
     a.close()
 
 
+def case_guard_advance_then_fail(mode, explicit):
+    """A guard's advance in a statement that then fails is undone with the statement."""
+    path, a = setup("gfail%d" % explicit, mode)
+    if explicit:
+        a.execute("BEGIN")
+    try:
+        # the BEFORE INSERT guard advances r to 10, then the primary key refuses the row
+        a.execute("INSERT INTO t(id, n, tok) VALUES (1, 0, 10)")
+        err = None
+    except sqlite3.Error as e:
+        err = str(e)
+    err2 = None
+    if explicit:
+        try:
+            a.execute("UPDATE t SET n = 666 WHERE id = 1")
+        except sqlite3.Error as e:
+            err2 = str(e)
+        a.execute("COMMIT")
+    ok(err is not None and "UNIQUE" in err and highest(path) == 9 and
+       (not explicit or err2 is not None) and
+       committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
+       "%s, %s: a guard's advance in a statement that fails is undone, and holds nothing" %
+       (mode, "in a transaction" if explicit else "autocommit"), (err, err2, highest(path)))
+    b = connect(path, mode)
+    err3 = attempt(b, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1")
+    ok(err3 is None, "%s, %s: 9 is still accepted after it" %
+       (mode, "in a transaction" if explicit else "autocommit"), err3)
+    a.close()
+    b.close()
+
+
 def shared_setup(name, mode):
     path, a = setup(name, mode)
     a.close()
@@ -412,6 +443,8 @@ def case_function_override(mode):
 
 
 for mode in ("WAL", "DELETE"):
+    case_guard_advance_then_fail(mode, True)
+    case_guard_advance_then_fail(mode, False)
     case_shared_cache(mode)
     case_read_uncommitted(mode)
     case_function_override(mode)
