@@ -132,6 +132,8 @@ fenceFinalizeStatements(FenceConn *conn)
 	fenceEnlistForget(conn, &conn->pEnlistMain);
 	sqlite3_finalize(conn->pCanaryToken);
 	sqlite3_finalize(conn->pProbeMain);
+	sqlite3_finalize(conn->pSchemaProbe);
+	conn->pSchemaProbe = NULL;
 	conn->pProbeSeen = NULL;
 	sqlite3_finalize(conn->pProbeTemp);
 	sqlite3_finalize(conn->pJournalMode);

@@ -54,6 +54,7 @@ SQLITE_EXTENSION_INIT3
 static const char guardProbeMainSql[] = "PRAGMA main.schema_version";
 static const char guardProbeTempSql[] = "PRAGMA temp.schema_version";
 static const char journalModeSql[] = "PRAGMA main.journal_mode";
+static const char schemaProbeSql[] = "SELECT 1 FROM main.sqlite_schema WHERE 0";
 
 /* the objects of schema %w that name a guard function but are not fence's */
 static const char foreignCallersSql[] =
@@ -144,6 +145,26 @@ stepInt64(FenceConn *conn, sqlite3_stmt **pp, const char *zSql, sqlite3_int64 *p
 	return rc;
 }
 
+/* Run the schema probe (prepared once, kept): SQLITE_OK when it ran. */
+static int
+stepSchemaProbe(FenceConn *conn)
+{
+	int			rc;
+
+	if (conn->pSchemaProbe == NULL)
+	{
+		rc = fenceHeldConnect(conn);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_prepare_v3(conn->db, schemaProbeSql, -1, SQLITE_PREPARE_PERSISTENT,
+									&conn->pSchemaProbe, NULL);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	rc = sqlite3_step(conn->pSchemaProbe);
+	sqlite3_reset(conn->pSchemaProbe);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
 static void
 forgetAdmitted(FenceConn *conn)
 {
@@ -203,31 +224,38 @@ fenceSchemaCheck(FenceConn *conn)
 		conn->bGuardTxnChecked = 1;
 		return SQLITE_OK;
 	}
+	/*
+	 * Joined through fence_join (no enlisting statement ran): a statement
+	 * that names main's schema and does nothing else. SQLite checks main's
+	 * schema cookie as it starts and prepares it again when the cookie
+	 * moved, and TEMP's changes expire it: not prepared again since it last
+	 * ran means the schema is the one checked then.
+	 */
+	if (conn->bEnlisted && attachedCount(conn->db) == 0)
+	{
+		rc = stepSchemaProbe(conn);
+		if (rc != SQLITE_OK)
+			return rc;
+		{
+			int			n = sqlite3_stmt_status(conn->pSchemaProbe,
+												SQLITE_STMTSTATUS_REPREPARE, 0);
+			int			bSame = conn->pProbeSeen == conn->pSchemaProbe &&
+				conn->nProbeSeen == n && conn->pSchemaStmt != NULL;
+
+			if (!bSame)
+				fenceCacheSchemaChanged(conn);
+			conn->pProbeSeen = conn->pSchemaProbe;
+			conn->nProbeSeen = n;
+			if (bSame)
+			{
+				conn->bGuardTxnChecked = 1;
+				return SQLITE_OK;
+			}
+		}
+	}
 	rc = stepInt64(conn, &conn->pProbeMain, guardProbeMainSql, &cookieMain);
 	if (rc != SQLITE_OK)
 		return rc;
-
-	/*
-	 * Joined through fence_join (no enlisting statement ran): main's cookie
-	 * is read, and TEMP's changes show as the probe being prepared again
-	 * (they expire every statement).
-	 */
-	{
-		int			n = sqlite3_stmt_status(conn->pProbeMain, SQLITE_STMTSTATUS_REPREPARE, 0);
-		int			bSame = conn->pProbeSeen == conn->pProbeMain && conn->nProbeSeen == n &&
-			cookieMain == conn->cookieMain && conn->pSchemaStmt != NULL &&
-			attachedCount(conn->db) == 0;
-
-		if (conn->pProbeSeen != conn->pProbeMain || conn->nProbeSeen != n)
-			fenceCacheSchemaChanged(conn);
-		conn->pProbeSeen = conn->pProbeMain;
-		conn->nProbeSeen = n;
-		if (bSame && conn->bEnlisted)
-		{
-			conn->bGuardTxnChecked = 1;
-			return SQLITE_OK;
-		}
-	}
 	rc = stepInt64(conn, &conn->pProbeTemp, guardProbeTempSql, &cookieTemp);
 	if (rc != SQLITE_OK)
 		return rc;
@@ -244,9 +272,10 @@ fenceSchemaCheck(FenceConn *conn)
 	 * one; or the probe does (pSchemaStmt only says then that the cookies
 	 * were read with nothing forgotten since).
 	 */
-	if (conn->bEnlisted && attachedCount(conn->db) == 0)
+	if (conn->bEnlisted && attachedCount(conn->db) == 0 &&
+		(conn->pEnlistLast != NULL || conn->pSchemaProbe != NULL))
 	{
-		sqlite3_stmt *p = conn->pEnlistLast ? conn->pEnlistLast : conn->pProbeMain;
+		sqlite3_stmt *p = conn->pEnlistLast ? conn->pEnlistLast : conn->pSchemaProbe;
 
 		conn->pSchemaStmt = p;
 		conn->nSchemaReprepare = sqlite3_stmt_status(p, SQLITE_STMTSTATUS_REPREPARE, 0);

@@ -143,7 +143,8 @@ typedef struct FenceConn
 	sqlite3_stmt *pSchemaStmt;	/* the statement the schema was last checked with */
 	int			nSchemaReprepare;	/* and its SQLITE_STMTSTATUS_REPREPARE then */
 	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
-	sqlite3_stmt *pProbeSeen;	/* pProbeMain when it last ran */
+	sqlite3_stmt *pSchemaProbe;	/* names main's schema, does nothing (fence_guard.c) */
+	sqlite3_stmt *pProbeSeen;	/* pSchemaProbe when it last ran */
 	int			nProbeSeen;		/* and its SQLITE_STMTSTATUS_REPREPARE then */
 	/* guard admission (fence_guard.c) */
 	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
