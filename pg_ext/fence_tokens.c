@@ -364,8 +364,10 @@ exclusive_announced(void)
  *      fence_tokens' intention locks, as before.
  * Nothing is then fenced anywhere but in this transaction's favour, as with
  * the ExclusiveLock alone when every fence also held an intention lock.
+ * Returns true when it did (and so may have waited), false when this
+ * transaction had already.
  */
-static void
+static bool
 lock_tokens_exclusive(void)
 {
 	LOCKTAG		tokens;
@@ -373,9 +375,16 @@ lock_tokens_exclusive(void)
 	LockData   *locks;
 
 	SET_LOCKTAG_RELATION(tokens, MyDatabaseId, tokens_relid());
-	if (LockHeldByMe(&tokens, ExclusiveLock))
-		return;
 	announce_locktag(&announce);
+
+	/*
+	 * Done once per transaction: announced, and the ExclusiveLock held. The
+	 * ExclusiveLock alone is not enough: LOCK TABLE fence_tokens IN EXCLUSIVE
+	 * MODE takes it without announcing, and light fences do not conflict
+	 * with it.
+	 */
+	if (LockHeldByMe(&announce, ShareLock) && LockHeldByMe(&tokens, ExclusiveLock))
+		return false;
 	fence_lock(&announce, ShareLock);
 	locks = GetLockStatusData();
 	for (int i = 0; i < locks->nelements; i++)
@@ -393,13 +402,14 @@ lock_tokens_exclusive(void)
 		fence_unlock(&l->locktag, ExclusiveLock);
 	}
 	lock_tokens_table(ExclusiveLock);
+	return true;
 }
 
 /* For a change of fence_tokens that bypassed fence (fence_token_cache.c). */
 void
 fence_lock_tokens_exclusive(void)
 {
-	lock_tokens_exclusive();
+	(void) lock_tokens_exclusive();
 }
 
 /* The highest accepted token, or false when there is none. */
@@ -589,12 +599,13 @@ accept_token(const char *resource, size_t len, const uint64 *knownHash, int64 to
 			if (verdict != FENCE_ACCEPT_EQUAL)
 			{
 				PreventCommandIfReadOnly("fence_check()");
-				if (level != ExclusiveLock)
-				{
-					/* waits for every other fenced transaction to end */
-					lock_tokens_exclusive();
+				/*
+				 * Waits for every other fenced transaction to end, unless
+				 * this one has announced already (holding the ExclusiveLock
+				 * through LOCK TABLE is not announcing).
+				 */
+				if (lock_tokens_exclusive())
 					found = read_row(rel, resource, len, &highest, &tid);
-				}
 				write_row(rel, resource, len, token, found, &tid);
 			}
 			fence_hold(resource, len, token);
