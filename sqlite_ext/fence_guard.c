@@ -21,7 +21,10 @@
  *                  a view or trigger that could call one must spell it),
  *                  and, for a table checked AFTER INSERT (its key is the
  *                  INTEGER PRIMARY KEY), no other trigger on it in main or
- *                  temp may RAISE(IGNORE), which would skip that check.
+ *                  temp may RAISE(IGNORE) or run AFTER INSERT: either can
+ *                  end the statement with the row written before that
+ *                  check runs (RAISE(IGNORE), RAISE(FAIL), a conflict of
+ *                  its body under INSERT OR FAIL).
  *                  A table in an attached file therefore cannot be written
  *                  through that schema name: its guard id is in the file's
  *                  fence_tokens' neighbour, not in main's.
@@ -442,7 +445,8 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		sqlite3_stmt *stmt = NULL;
 		char	   *zSql = sqlite3_mprintf(
 			"SELECT name FROM %s.sqlite_schema WHERE type = 'trigger' "
-			"AND tbl_name = ?1 COLLATE NOCASE AND sql LIKE '%%raise%%ignore%%' "
+			"AND tbl_name = ?1 COLLATE NOCASE AND (sql LIKE '%%raise%%ignore%%' "
+			"OR sql LIKE '%%after%%insert%%') "
 			"AND EXISTS (SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' "
 			"AND name = 'fence:' || ?2 || ':insert_after') "
 			"AND NOT (?3 AND name IN ('fence:' || ?2 || ':insert', 'fence:' || ?2 || ':insert_after', "
@@ -472,10 +476,12 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		if (rc == SQLITE_ROW)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" may "
-								   "RAISE(IGNORE), which would skip fence's check of a row "
-								   "whose key SQLite assigns (made AFTER INSERT); write the "
-								   "trigger without RAISE(IGNORE) (a WHEN clause skips its body "
-								   "instead), or drop it", azSchema[i],
+								   "RAISE(IGNORE) or run AFTER INSERT, either of which can end "
+								   "the statement (RAISE(IGNORE), RAISE(FAIL), a conflict under "
+								   "INSERT OR FAIL) with the row written and fence's check of "
+								   "a row whose key SQLite assigns (made AFTER INSERT) skipped; "
+								   "make it a BEFORE INSERT trigger without RAISE(IGNORE) (a "
+								   "WHEN clause skips its body instead), or drop it", azSchema[i],
 								   (const char *) sqlite3_column_text(stmt, 0), zTable));
 		else if (rc != SQLITE_DONE)
 			refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of "

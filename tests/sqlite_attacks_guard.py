@@ -613,6 +613,33 @@ def review2_attacks():
            "%r %r" % (err, rows))
         c.close()
 
+    # RAISE(FAIL) in such a trigger, or a conflict in an ordinary one under
+    # INSERT OR FAIL, also ends the statement with the row written and the
+    # AFTER check skipped (FAIL keeps what the statement did so far)
+    cases = (("TEMP ", "BEGIN SELECT RAISE(FAIL, 'audit failed'); END", "INSERT",
+              "a TEMP RAISE(FAIL)"),
+             ("", "BEGIN INSERT INTO audit VALUES (1); END", "INSERT OR FAIL",
+              "an audit trigger's conflict under INSERT OR FAIL"))
+    for n, (temp, body, verb, name) in enumerate(cases):
+        path = os.path.join(work, "fail%d.db" % n)
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE acct (id INTEGER PRIMARY KEY, bal INTEGER, tok INTEGER);
+            CREATE TABLE audit (k INTEGER UNIQUE);
+            INSERT INTO audit VALUES (1);
+            SELECT fence_protect('acct', 'tok', 'acct:', 'id');
+            INSERT INTO acct VALUES (1, 100, 10);
+            SELECT fence_check('acct:2', 50);
+        """)
+        before = committed(path, "acct")
+        c.execute("CREATE %sTRIGGER aud AFTER INSERT ON main.acct %s" % (temp, body))
+        err = attempt(c, "%s INTO acct(bal, tok) VALUES (666, 5)" % verb)
+        err2 = attempt(c, "%s INTO acct(bal, tok) VALUES (777, NULL)" % verb)
+        unchanged(path, "acct", before,
+                  "%s AFTER INSERT does not skip the check of an assigned key" % name,
+                  "%r %r" % (err, err2))
+        c.close()
+
     # the same trigger created inside the transaction, after a write that
     # admitted the guard
     path = os.path.join(work, "ignmid.db")
