@@ -482,33 +482,41 @@ static const sqlite3_module heldModule = {
 	NULL, NULL, NULL, NULL, NULL, NULL
 };
 
-/* fence_txn: the same rows; the table that joins each fenced transaction */
-static const sqlite3_module txnModule = {
-	2,							/* iVersion: 2 for the savepoint methods */
-	txnConnect,					/* xCreate: temp.fence_enlist, made at load */
-	txnConnect,
-	heldBestIndex,
-	txnDisconnect,
-	txnDisconnect,				/* xDestroy: DROP TABLE temp.fence_enlist */
-	heldOpen,
-	heldClose,
-	heldFilter,
-	heldNext,
-	heldEof,
-	heldColumn,
-	heldRowid,
-	heldUpdate,
-	heldBegin,
-	heldSync,
-	heldCommit,
-	heldRollback,
-	NULL,						/* xFindFunction */
-	NULL,						/* xRename */
-	heldSavepoint,
-	heldRelease,
-	heldRollbackTo,
-	NULL						/* xShadowName */
-};
+/*
+ * fence_txn and fence_join: the same rows as fence_held, and the methods by
+ * which a table that joined a transaction hears of its savepoints and end.
+ * xCreate and xDestroy are the only difference.
+ */
+#define TXN_MODULE(xCreate_, xDestroy_) { \
+	2,							/* iVersion: 2 for the savepoint methods */ \
+	xCreate_, \
+	txnConnect, \
+	heldBestIndex, \
+	txnDisconnect, \
+	xDestroy_, \
+	heldOpen, \
+	heldClose, \
+	heldFilter, \
+	heldNext, \
+	heldEof, \
+	heldColumn, \
+	heldRowid, \
+	heldUpdate, \
+	heldBegin, \
+	heldSync, \
+	heldCommit, \
+	heldRollback, \
+	NULL,						/* xFindFunction */ \
+	NULL,						/* xRename */ \
+	heldSavepoint, \
+	heldRelease, \
+	heldRollbackTo, \
+	NULL						/* xShadowName */ \
+}
+
+/* fence_txn: the table that joins each transaction fence_check fences */
+static const sqlite3_module txnModule =
+	TXN_MODULE(txnConnect, txnDisconnect);	/* xCreate, xDestroy: temp.fence_enlist */
 
 /*
  * fence_join: fence_txn again, for the guard triggers, whose bodies name it
@@ -517,32 +525,7 @@ static const sqlite3_module txnModule = {
  * schema names it; what a planted object can do with it is join a
  * transaction to fence (which changes nothing) or read what it holds.
  */
-static const sqlite3_module joinModule = {
-	2,							/* iVersion: 2 for the savepoint methods */
-	NULL,						/* xCreate: eponymous only */
-	txnConnect,
-	heldBestIndex,
-	txnDisconnect,
-	NULL,						/* xDestroy */
-	heldOpen,
-	heldClose,
-	heldFilter,
-	heldNext,
-	heldEof,
-	heldColumn,
-	heldRowid,
-	heldUpdate,
-	heldBegin,
-	heldSync,
-	heldCommit,
-	heldRollback,
-	NULL,						/* xFindFunction */
-	NULL,						/* xRename */
-	heldSavepoint,
-	heldRelease,
-	heldRollbackTo,
-	NULL						/* xShadowName */
-};
+static const sqlite3_module joinModule = TXN_MODULE(NULL, NULL);
 
 /* ---------------------------------------------------------------------
  * The fence_witness virtual table: proof that a guard's column reads ran.
