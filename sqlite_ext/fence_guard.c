@@ -288,12 +288,6 @@ fenceSchemaCheck(FenceConn *conn)
 	return SQLITE_OK;
 }
 
-static int
-revalidate(FenceConn *conn)
-{
-	return fenceSchemaCheck(conn);
-}
-
 /*
  * The checks below read sqlite_schema's type, name, tbl_name and sql, and an
  * authorizer answering SQLITE_IGNORE to one of them makes it NULL: a planted
@@ -754,7 +748,7 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (!journalWorks(ctx, conn))
 		return 0;
 	id = sqlite3_value_int64(idArg);
-	rc = revalidate(conn);
+	rc = fenceSchemaCheck(conn);
 	if (rc != SQLITE_OK)
 	{
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema version: %s",
