@@ -1336,33 +1336,50 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 }
 
 /*
- * The guard's resource: argv[1] alone, or the prefix argv[1] and key argv[2].
- * Admitted (fence_guard.c) before anything else is looked at.
+ * The guard's resource: the one main.fence_guards records for guard argv[0]
+ * (a one-resource guard, bKeyed 0), or the prefix argv[1] followed by the
+ * key argv[2]. Admitted (fence_guard.c) before anything else is looked at.
+ * Either way it ends up in buf (FENCE_RESOURCE_MAX + 1 bytes): what
+ * admission keeps is forgotten when a statement this call runs rolls back.
  */
 static int
-guardResource(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value **argv,
-			  int bKeyed, char *buf, const char **pz, int *pn)
+guardResource(sqlite3_context *ctx, FenceConn *conn, sqlite3_value **argv, int bKeyed,
+			  char *buf, const char **pz, int *pn)
 {
-	const char *zRes;
-	int			nRes;
+	const char *zRes = NULL;
+	int			nRes = 0;
+	FenceProblem problem;
 
-	(void) argc;
 	if (sqlite3_value_type(argv[0]) != SQLITE_INTEGER)
-		return fenceGuardAdmit(ctx, conn, argv[0], "", 0, bKeyed);	/* refuses */
-	if (sqlite3_value_type(argv[1]) != SQLITE_TEXT)
-		return bKeyed ? argKeyResource(ctx, argv[1], argv[2], buf, pz, pn)
-			: argResource(ctx, argv[1], pz, pn);
-	zRes = (const char *) sqlite3_value_text(argv[1]);
-	nRes = sqlite3_value_bytes(argv[1]);
-	if (zRes == NULL)
+		return fenceGuardAdmit(ctx, conn, argv[0], &zRes, &nRes, bKeyed);	/* refuses */
+	if (bKeyed)
 	{
-		sqlite3_result_error_nomem(ctx);
+		if (sqlite3_value_type(argv[1]) != SQLITE_TEXT)
+			return argKeyResource(ctx, argv[1], argv[2], buf, pz, pn);	/* refuses */
+		zRes = (const char *) sqlite3_value_text(argv[1]);
+		nRes = sqlite3_value_bytes(argv[1]);
+		if (zRes == NULL)
+		{
+			sqlite3_result_error_nomem(ctx);
+			return 0;
+		}
+		return fenceGuardAdmit(ctx, conn, argv[0], &zRes, &nRes, 1) &&
+			argKeyResource(ctx, argv[1], argv[2], buf, pz, pn);
+	}
+	if (!fenceGuardAdmit(ctx, conn, argv[0], &zRes, &nRes, 0))
+		return 0;
+	/* recorded by fence_protect, which checked it; an edited row is checked again */
+	problem = fence_check_resource(zRes, (size_t) nRes);
+	if (problem != FENCE_VALID)
+	{
+		resultInvalid(ctx, "resource", problem, (size_t) nRes, 0);
 		return 0;
 	}
-	if (!fenceGuardAdmit(ctx, conn, argv[0], zRes, nRes, bKeyed))
-		return 0;
-	return bKeyed ? argKeyResource(ctx, argv[1], argv[2], buf, pz, pn)
-		: argResource(ctx, argv[1], pz, pn);
+	memcpy(buf, zRes, (size_t) nRes);
+	buf[nRes] = '\0';
+	*pz = buf;
+	*pn = nRes;
+	return 1;
 }
 
 /* ---------------------------------------------------------------------
@@ -1383,15 +1400,11 @@ guardResource(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value **a
  * ------------------------------------------------------------------ */
 
 static int
-memoHit(const FenceConn *conn, const FenceGuardMemo *m, sqlite3_value *idArg,
-		sqlite3_value *resArg)
+memoHit(const FenceConn *conn, const FenceGuardMemo *m, sqlite3_value *idArg)
 {
 	return m->epoch == conn->guardEpoch &&
 		sqlite3_value_type(idArg) == SQLITE_INTEGER &&
-		sqlite3_value_int64(idArg) == m->id &&
-		sqlite3_value_type(resArg) == SQLITE_TEXT &&
-		sqlite3_value_bytes(resArg) == m->n &&
-		memcmp(sqlite3_value_text(resArg), m->z, (size_t) m->n) == 0;
+		sqlite3_value_int64(idArg) == m->id;
 }
 
 static void
@@ -1408,35 +1421,19 @@ memoSet(FenceConn *conn, FenceGuardMemo *m, sqlite3_value *idArg, const char *z,
 }
 
 /*
- * fence_guard_write(guard, resource, token) / (guard, prefix, key, token): a
- * row written to a protected table carries this token. NULL is "fencing
- * token required" whatever the transaction holds (SPEC.md "Precise
- * points"). guard is the id fence_protect recorded in main.fence_guards.
+ * The whole check of fence_guard_write and fence_guard_fenced, apart from
+ * the memo's answer: out of line, so that a call the memo answers pays for
+ * none of its stack (a resource buffer of FENCE_RESOURCE_MAX bytes).
  */
-static void
-fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+static FENCE_NOINLINE void
+guardWriteChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value **argv)
 {
-	FenceConn  *conn = sqlite3_user_data(ctx);
 	char		buf[FENCE_RESOURCE_MAX + 1];
 	const char *z = NULL;
 	int			n = 0;
 	sqlite3_int64 token = 0;
 	sqlite3_value *tokenArg = argv[argc - 1];
 	int			rc;
-
-	if (argc == 3 && memoHit(conn, &conn->memoWrite, argv[0], argv[1]) &&
-		sqlite3_value_type(tokenArg) == SQLITE_INTEGER &&
-		sqlite3_value_int64(tokenArg) == conn->memoWrite.token)
-	{
-		int			slot = fenceStatsFind(conn, conn->memoWrite.z, conn->memoWrite.n);
-
-		if (slot >= 0)
-		{
-			fenceStatsCount(conn, slot, 0, conn->memoWrite.token);
-			sqlite3_result_int64(ctx, conn->memoWrite.token);
-			return;
-		}
-	}
 
 	/* admission is cached per transaction, which enlisting opens */
 	rc = fenceHeldEnlist(conn, 0);
@@ -1445,7 +1442,7 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		resultDbError(ctx, conn, rc);
 		return;
 	}
-	if (!guardResource(ctx, conn, argc, argv, argc == 4, buf, &z, &n))
+	if (!guardResource(ctx, conn, argv, argc == 4, buf, &z, &n))
 		return;
 	if (sqlite3_value_type(tokenArg) == SQLITE_NULL)
 	{
@@ -1460,34 +1457,26 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		conn->bInGuard = 1;
 		bAccepted = resultAccept(ctx, z, n, token, 0);
 		conn->bInGuard = bWasInGuard;
-		if (bAccepted && argc == 3 && conn->bEnlisted && !conn->bBroken)
+		if (bAccepted && argc == 2 && conn->bEnlisted && !conn->bBroken)
+		{
+			/* and the transaction now holds the guard's resource: an UPDATE's next call */
 			memoSet(conn, &conn->memoWrite, argv[0], z, n, token);
+			memoSet(conn, &conn->memoFenced, argv[0], z, n, 0);
+		}
 	}
 }
 
-/*
- * fence_guard_fenced(guard, resource) / (guard, prefix, key): an UPDATE that
- * does not set the token, a DELETE, or any write to a token-less table must
- * run in a transaction that holds a fence on the row's resource.
- */
-static void
-fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+static FENCE_NOINLINE void
+guardFencedChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value **argv)
 {
-	FenceConn  *conn = sqlite3_user_data(ctx);
 	char		buf[FENCE_RESOURCE_MAX + 1];
 	const char *z = NULL;
 	int			n = 0;
 
-	if (argc == 2 && memoHit(conn, &conn->memoFenced, argv[0], argv[1]))
-	{
-		sqlite3_result_int(ctx, 1);
-		return;
-	}
-	if (!conn->bEnlisted)
+	if (!conn->bEnlisted && argc == 3)
 	{
 		/* holds nothing: refused whoever calls; only the message needs the name */
-		if ((argc == 2 ? argResource(ctx, argv[1], &z, &n)
-			 : argKeyResource(ctx, argv[1], argv[2], buf, &z, &n)))
+		if (argKeyResource(ctx, argv[1], argv[2], buf, &z, &n))
 			resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);
 		return;
 	}
@@ -1496,12 +1485,13 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		resultDbError(ctx, conn, FENCE_RC_BROKEN);
 		return;
 	}
-	if (!guardResource(ctx, conn, argc, argv, argc == 3, buf, &z, &n))
+	/* a one-resource guard's name is known once admitted */
+	if (!guardResource(ctx, conn, argv, argc == 3, buf, &z, &n))
 		return;
-	if (fence_held_get(&conn->held, z, (size_t) n) >= 0)
+	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
 	{
 		sqlite3_result_int(ctx, 1);
-		if (argc == 2)
+		if (argc == 1)
 			memoSet(conn, &conn->memoFenced, argv[0], z, n, 0);
 	}
 	else
@@ -1509,17 +1499,66 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 }
 
 /*
- * fence_guard_write(resource, token), fence_guard_fenced(resource): what the
- * triggers of fence 1.2 and older call. Such a guard passes no guard id, so
- * it is refused, with a message that says what to do.
+ * fence_guard_write(guard, token) / (guard, prefix, key, token): a row
+ * written to a protected table carries this token. NULL is "fencing token
+ * required" whatever the transaction holds (SPEC.md "Precise points").
+ * guard is the id fence_protect recorded in main.fence_guards, with the
+ * guard's resource or prefix. fence_guard_write(resource, token), what the
+ * triggers of fence 1.2 and older call, passes no id and is refused.
+ */
+static void
+fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	FenceConn  *conn = sqlite3_user_data(ctx);
+	const FenceGuardMemo *m = &conn->memoWrite;
+
+	if (argc == 2 && memoHit(conn, m, argv[0]) &&
+		sqlite3_value_type(argv[1]) == SQLITE_INTEGER &&
+		sqlite3_value_int64(argv[1]) == m->token)
+	{
+		int			slot = fenceStatsFind(conn, m->z, m->n);
+
+		if (slot >= 0)
+		{
+			fenceStatsCount(conn, slot, 0, m->token);
+			sqlite3_result_int64(ctx, m->token);
+			return;
+		}
+	}
+	guardWriteChecked(ctx, conn, argc, argv);
+}
+
+/*
+ * fence_guard_fenced(guard) / (guard, prefix, key): an UPDATE that does not
+ * set the token, a DELETE, or any write to a token-less table must run in a
+ * transaction that holds a fence on the row's resource. The one-argument
+ * form of fence 1.2 and older, fence_guard_fenced(resource), is refused.
+ */
+static void
+fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	FenceConn  *conn = sqlite3_user_data(ctx);
+
+	if (argc == 1 && memoHit(conn, &conn->memoFenced, argv[0]))
+		sqlite3_result_int(ctx, 1);
+	else
+		guardFencedChecked(ctx, conn, argc, argv);
+}
+
+/*
+ * fence_guard_write(guard, resource, token), fence_guard_fenced(guard,
+ * resource): what the triggers of an earlier 1.4 development build call.
+ * Their guards are sealed at load (fenceSealOldGuards); one that could not
+ * be (a read-only file) is refused here, saying what to do.
  */
 static void
 fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
-	FenceConn  *conn = sqlite3_user_data(ctx);
-
 	(void) argc;
-	fenceGuardAdmit(ctx, conn, argv[0], "", 0, 0);
+	(void) argv;
+	sqlite3_result_error(ctx, "fence guard refused: this table's guard was made by an "
+						 "earlier fence, whose triggers pass other arguments; run "
+						 "fence_protect on the table again to replace its guard", -1);
 }
 
 /*
@@ -1533,6 +1572,7 @@ fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
 	const char *zRes;
+	int			nRes;
 	int			rc;
 
 	(void) argc;
@@ -1549,9 +1589,9 @@ fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 					  FENCE_NULL : FENCE_NOT_TEXT, 0, 0);
 		return;
 	}
+	nRes = sqlite3_value_bytes(argv[1]);
 	fenceGuardRecheckSchema(conn);
-	if (fenceGuardAdmit(ctx, conn, argv[0], zRes, sqlite3_value_bytes(argv[1]),
-						sqlite3_value_int(argv[2]) != 0))
+	if (fenceGuardAdmit(ctx, conn, argv[0], &zRes, &nRes, sqlite3_value_int(argv[2]) != 0))
 		sqlite3_result_int(ctx, 1);
 }
 
@@ -1640,17 +1680,17 @@ static const struct FenceFunction
 	{"fence_protect", 3, APP_WRITES, fenceProtectFunc},
 	{"fence_protect", 4, APP_WRITES, fenceProtectFunc},
 	{"fence_unprotect", 1, APP_WRITES, fenceUnprotectFunc},
-	{"fence_guard_write", 3, FROM_TRIGGER, fenceGuardWriteFunc},
+	{"fence_guard_write", 2, FROM_TRIGGER, fenceGuardWriteFunc},
 	{"fence_guard_write", 4, FROM_TRIGGER, fenceGuardWriteFunc},
-	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardFencedFunc},
+	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_fenced", 3, FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_ready", 3, FROM_TRIGGER, fenceGuardReadyFunc},
 	{"fence_tokens_changed", 3, APP_WRITES, fenceTokensChangedFunc},
 	{"fence_acquire", 3, APP_WRITES, fenceAcquireFunc},
 	{"fence_renew", 4, APP_WRITES, fenceRenewFunc},
 	{"fence_release", 3, APP_WRITES, fenceReleaseFunc},
-	{"fence_guard_write", 2, FROM_TRIGGER, fenceGuardOldFunc},
-	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardOldFunc},
+	{"fence_guard_write", 3, FROM_TRIGGER, fenceGuardOldFunc},
+	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardOldFunc},
 	/* last: its presence says every function above is registered */
 	{"fence_loaded", 0, APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
 };

@@ -516,8 +516,13 @@ attachedHoldsId(FenceConn *conn, const char *zSchema, sqlite3_int64 id, int *pHo
 	return rc;
 }
 
-/* The first call of guard id in a schema generation: is it fence's? */
-static int
+/*
+ * The first call of guard id in a schema generation: is it fence's? zRes
+ * NULL: the call names no resource (a one-resource guard), and the one
+ * recorded for id is taken. Returns the entry made, or NULL with an error
+ * set.
+ */
+static const FenceGuardSeen *
 admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		 const char *zRes, int nRes, int bKeyed)
 {
@@ -528,13 +533,15 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	int			rc;
 	int			i;
 	char	   *zShape = NULL;
+	char	   *zOwn = NULL;
+	FenceGuardSeen *g;
 
 	rc = fenceOwnTableShape(db, "fence_guards", &zShape);
 	if (rc != SQLITE_OK)
 	{
 		/* a fence_guards fence did not make cannot vouch for a guard */
 		refuse(ctx, rc == FENCE_RC_UNTRUSTED ? FENCE_RC_INVALID : rc, zShape);
-		return 0;
+		return NULL;
 	}
 	if (sqlite3_table_column_metadata(db, "main", "fence_guards", "id",
 									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
@@ -574,8 +581,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   "sqlite_schema?); fence refuses rather than guess",
 							   (long long) id));
 	else if (sqlite3_column_int(stmt, 1) != bKeyed ||
-			 sqlite3_column_bytes(stmt, 0) != nRes ||
-			 memcmp(sqlite3_column_text(stmt, 0), zRes, (size_t) nRes) != 0)
+			 (zRes != NULL && (sqlite3_column_bytes(stmt, 0) != nRes ||
+							   memcmp(sqlite3_column_text(stmt, 0), zRes, (size_t) nRes) != 0)))
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: guard %lld of table \"%s\" was recorded "
 							   "for %s \"%s\", not for the one this call names; run "
@@ -599,6 +606,16 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   zNow[0] ? zNow : "none"));
 	else
 		ok = 1;
+	if (ok && zRes == NULL)
+	{
+		/* copied before stmt is finalized: the recorded resource is the one */
+		zOwn = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
+		if (zOwn == NULL)
+		{
+			sqlite3_result_error_nomem(ctx);
+			ok = 0;
+		}
+	}
 	if (ok && !checkGuardShape(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
@@ -606,7 +623,12 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	sqlite3_free(zNow);
 	sqlite3_finalize(stmt);
 	if (!ok)
-		return 0;
+		goto fail;
+	if (zOwn != NULL)
+	{
+		zRes = zOwn;
+		nRes = (int) strlen(zOwn);
+	}
 
 	/* a copy of this file attached beside it carries the same id */
 	for (i = 2; sqlite3_db_name(db, i) != NULL; i++)
@@ -619,7 +641,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read \"%s\".fence_guards: %s",
 											(long long) id, sqlite3_db_name(db, i),
 											sqlite3_errmsg(db)));
-			return 0;
+			goto fail;
 		}
 		if (bHolds)
 		{
@@ -628,11 +650,11 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 								   "and in attached database \"%s\" (a copy of the same file?), "
 								   "so the table being written may be the attached one; detach "
 								   "it to write", (long long) id, sqlite3_db_name(db, i)));
-			return 0;
+			goto fail;
 		}
 	}
 	if (!conn->bForeignChecked && !checkForeignCallers(ctx, conn))
-		return 0;
+		goto fail;
 
 	if (conn->nGuard == conn->nGuardAlloc)
 	{
@@ -643,23 +665,28 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		if (a == NULL)
 		{
 			sqlite3_result_error_nomem(ctx);
-			return 0;
+			goto fail;
 		}
 		conn->aGuard = a;
 		conn->nGuardAlloc = nAlloc;
 	}
-	conn->aGuard[conn->nGuard].zResource = sqlite3_mprintf("%.*s", nRes, zRes);
-	if (conn->aGuard[conn->nGuard].zResource == NULL)
+	g = &conn->aGuard[conn->nGuard];
+	g->zResource = zOwn ? zOwn : sqlite3_mprintf("%.*s", nRes, zRes);
+	if (g->zResource == NULL)
 	{
 		sqlite3_result_error_nomem(ctx);
-		return 0;
+		return NULL;
 	}
-	conn->aGuard[conn->nGuard].id = id;
-	conn->aGuard[conn->nGuard].nResource = nRes;
-	conn->aGuard[conn->nGuard].bKeyed = bKeyed;
+	g->id = id;
+	g->nResource = nRes;
+	g->bKeyed = bKeyed;
 	conn->nGuard++;
 	conn->bAdmittedInTxn = 1;
-	return 1;
+	return g;
+
+fail:
+	sqlite3_free(zOwn);
+	return NULL;
 }
 
 /*
@@ -727,12 +754,18 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 /*
  * The checks every guard call makes before looking at tokens: the id
  * argument is a guard fence_protect recorded in main for this resource (or
- * prefix), and a refusal can be undone. Returns 1, or 0 with an error set.
+ * prefix), and a refusal can be undone. *pzRes NULL: the call names no
+ * resource (a one-resource guard's), and *pzRes, *pnRes are set to the one
+ * recorded for the guard; they stay valid until admission is forgotten.
+ * Returns 1, or 0 with an error set.
  */
 int
 fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
-				const char *zRes, int nRes, int bKeyed)
+				const char **pzRes, int *pnRes, int bKeyed)
 {
+	const FenceGuardSeen *g;
+	const char *zRes = *pzRes;
+	int			nRes = *pnRes;
 	sqlite3_int64 id;
 	int			rc;
 	int			i;
@@ -760,13 +793,18 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	}
 	for (i = 0; i < conn->nGuard; i++)
 	{
-		FenceGuardSeen *g = &conn->aGuard[i];
-
-		if (g->id == id && g->bKeyed == bKeyed && g->nResource == nRes &&
-			memcmp(g->zResource, zRes, (size_t) nRes) == 0)
-			return 1;
+		g = &conn->aGuard[i];
+		if (g->id == id && g->bKeyed == bKeyed &&
+			(zRes == NULL || (g->nResource == nRes &&
+							  memcmp(g->zResource, zRes, (size_t) nRes) == 0)))
+			break;
 	}
-	return admitNew(ctx, conn, id, zRes, nRes, bKeyed);
+	g = i < conn->nGuard ? &conn->aGuard[i] : admitNew(ctx, conn, id, zRes, nRes, bKeyed);
+	if (g == NULL)
+		return 0;
+	*pzRes = g->zResource;
+	*pnRes = g->nResource;
+	return 1;
 }
 
 /*

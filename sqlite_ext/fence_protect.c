@@ -579,12 +579,15 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	return 1;
 }
 
-/* The guard arguments naming the row's resource: G, 'R' or G, 'P', ROW."K". */
+/*
+ * The guard arguments naming the row's resource: G alone (the guard's one
+ * resource is the one main.fence_guards records for G), or G, 'P', ROW."K".
+ */
 static char *
 resourceArgs(const ProtectSpec *spec, const char *zRow)
 {
 	if (spec->zKeyColumn == NULL)
-		return sqlite3_mprintf("%lld, %Q", (long long) spec->id, spec->zResource);
+		return sqlite3_mprintf("%lld", (long long) spec->id);
 	return sqlite3_mprintf("%lld, %Q, %s.\"%w\"", (long long) spec->id, spec->zResource,
 						   zRow, spec->zKeyColumn);
 }
@@ -671,18 +674,30 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * A guard trigger's check is its WHEN clause, not a SELECT in its body: an
  * authorizer answering SQLITE_IGNORE for a SELECT skips the statement (the
  * guard would not run at all) and for a function makes its call NULL. WHEN
- * is an expression with no SELECT of its own, and RAISE is no function, so
- * a condition that is not exactly true (false or NULL: something did not
- * run) raises. The body is never reached; it names fence_join, which makes
- * SQLite join that table to the transaction when a statement that fires the
- * trigger starts (fence_held.c), so that the guard need not run a statement
- * of its own to learn where the transaction ends. Takes G last.
+ * is "NOT (<checks>) AND RAISE(...)", where every check is an IS [NOT]
+ * test, true or false and never NULL: when one is not true (something did
+ * not run) the RAISE is reached, and RAISE is no function, so nothing can
+ * ignore it. When all hold, SQLite stops at the first operand of the AND:
+ * one jump, no CASE. The body is never reached; it names fence_join, which
+ * makes SQLite join that table to the transaction when a statement that
+ * fires the trigger starts (fence_held.c), so that the guard need not run a
+ * statement of its own to learn where the transaction ends. An INSERT with
+ * no columns is the form that costs the trigger's frame least (no cursor,
+ * four registers). Takes G last.
  * The comment FENCE_GUARD_SHAPE marks the triggers of this shape: admission
  * refuses a guard whose triggers lack it (fence_guard.c).
  */
-#define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ CASE WHEN "
-#define GUARD_WHEN_TAIL " THEN 0 ELSE RAISE(ABORT, 'fence guard %lld did not run (an " \
-	"authorizer ignored it?): write refused') END BEGIN DELETE FROM fence_join WHERE 0; END"
+#define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
+#define GUARD_WHEN_RAISE ") AND RAISE(ABORT, 'fence guard %lld did not run (an " \
+	"authorizer ignored it?): write refused')"
+#define GUARD_WHEN_TAIL GUARD_WHEN_RAISE " BEGIN INSERT INTO fence_join VALUES (NULL, NULL); END"
+
+/*
+ * The triggers that fire only with another of the guard's (insert_after
+ * with insert, update_token with update) need not name fence_join: the
+ * statement joins it through the other. Their body is the smallest.
+ */
+#define GUARD_WHEN_TAIL_SECOND GUARD_WHEN_RAISE " BEGIN SELECT 0; END"
 
 static char *
 protectSql(const ProtectSpec *spec)
@@ -719,7 +734,7 @@ protectSql(const ProtectSpec *spec)
 			"WHEN " GUARD_WHEN_HEAD "fence_guard_ready(%lld, %Q, 1) IS NOT NULL AND "
 			"CASE WHEN NEW.\"%w\" <> -1 THEN %s ELSE 1 END%s" GUARD_WHEN_TAIL ";\n"
 			"CREATE TRIGGER main.\"fence:%lld:insert_after\" AFTER INSERT ON \"%w\" "
-			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n",
+			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL_SECOND ";\n",
 			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, G, G, T,
 			zInsert, G);
 	else
@@ -731,7 +746,7 @@ protectSql(const ProtectSpec *spec)
 	zTokenTrigger = spec->zTokenColumn ?
 		sqlite3_mprintf("CREATE TRIGGER main.\"fence:%lld:update_token\" "
 						"BEFORE UPDATE OF \"%w\" ON \"%w\" "
-						"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n",
+						"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL_SECOND ";\n",
 						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts, G) :
 		sqlite3_mprintf("%s", "");
 	if (zInsertTriggers && zTokenTrigger)

@@ -246,12 +246,20 @@ void		fenceLeaseFinalize(FenceConn *conn);
 	"uniques TEXT NOT NULL)"
 int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 
+/* a function kept out of its caller, so that the caller's fast path stays small */
+#if defined(__GNUC__)
+#define FENCE_NOINLINE __attribute__((noinline))
+#else
+#define FENCE_NOINLINE
+#endif
+
 /*
  * Written into every guard trigger fence_protect makes (as a comment in its
- * WHEN clause); a guard whose triggers lack it was made by an older fence,
- * in a shape an authorizer can blind, and is refused until protected again.
+ * WHEN clause); a guard whose triggers lack it was made by an older fence
+ * (in a shape an authorizer can blind, or passing other arguments to the
+ * guard functions), and is refused until protected again.
  */
-#define FENCE_GUARD_SHAPE "fence guard shape 2"
+#define FENCE_GUARD_SHAPE "fence guard shape 3"
 
 /* fence_stats.c: this connection's counts per resource */
 typedef struct FenceStatEntry
@@ -327,7 +335,7 @@ fenceStatsCount(FenceConn *conn, int slot, int bStale, sqlite3_int64 token)
 
 /* fence_guard.c */
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
-							const char *zRes, int nRes, int bKeyed);
+							const char **pzRes, int *pnRes, int bKeyed);
 void		fenceGuardTxnEnded(FenceConn *conn);
 void		fenceGuardRecheckSchema(FenceConn *conn);
 void		fenceGuardRolledBack(FenceConn *conn);

@@ -12,7 +12,9 @@ table and fence_tokens read back by a fresh connection without fence):
     hides a planted caller of a guard function, and a trigger that may
     RAISE(IGNORE), from fence's schema checks. Refused;
   * a guard trigger of an older shape (a body of SELECTs, which such an
-    authorizer skips) is refused until fence_protect runs again.
+    authorizer skips) is refused until fence_protect runs again; so is
+    one of the previous 1.4 shape (its calls pass the resource), sealed
+    at load or, when the file was locked then, refused when it runs.
 
 Usage: /usr/bin/python3 tests/sqlite_attacks_blind.py
 Prints "ok - ..." / "not ok - ..." per assertion; exits 1 on a failure.
@@ -257,9 +259,71 @@ def old_shape():
     c.close()
 
 
+# ---------------------------------------------------------------------
+# 4. a guard of the previous 1.4 shape (CASE in WHEN, the resource in every
+#    call) is sealed at load, or refused when the seal could not run
+# ---------------------------------------------------------------------
+SHAPE2 = """
+    DROP TRIGGER "fence:{g}:update_token";
+    DROP TRIGGER "fence:{g}:update";
+    CREATE TRIGGER "fence:{g}:update" BEFORE UPDATE ON single
+      WHEN /* fence guard shape 2 */ CASE WHEN fence_guard_fenced({g}, 'single') IS NOT NULL
+      THEN 0 ELSE RAISE(ABORT, 'did not run') END BEGIN DELETE FROM fence_join WHERE 0; END;
+    CREATE TRIGGER "fence:{g}:update_token" BEFORE UPDATE OF tok ON single
+      WHEN /* fence guard shape 2 */ CASE WHEN fence_guard_write({g}, 'single', NEW.tok) IS NOT NULL
+      THEN 0 ELSE RAISE(ABORT, 'did not run') END BEGIN DELETE FROM fence_join WHERE 0; END;
+"""
+
+
+def previous_shape():
+    for sealed in (True, False):
+        path = os.path.join(work, "shape2-%d.db" % sealed)
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+            SELECT fence_protect('single', 'tok', 'single');
+            INSERT INTO single VALUES (1, 1, 7);
+        """)
+        gid = c.execute("SELECT id FROM fence_guards").fetchone()[0]
+        c.executescript(SHAPE2.format(g=gid))
+        c.close()
+        before = committed(path, "single")
+        holder = None
+        if not sealed:
+            # a writer holds the file while fence loads: the old triggers stay
+            holder = connect(path, load=False)
+            holder.execute("BEGIN IMMEDIATE")
+        c = connect(path)
+        c.execute("PRAGMA busy_timeout = 0")
+        if holder:
+            holder.execute("ROLLBACK")
+            holder.close()
+        names = [r[0] for r in c.execute(
+            "SELECT sql FROM sqlite_schema WHERE name = 'fence:%d:update'" % gid)]
+        ok(sealed == ("older fence" in names[0]),
+           "a previous-shape guard is %s at load" % ("sealed" if sealed else "left (file locked)"),
+           names)
+        for sql in ("UPDATE single SET v = 99, tok = 1", "UPDATE single SET v = 2, tok = 7",
+                    "UPDATE single SET v = 3"):
+            err = attempt(c, "BEGIN; SELECT fence_check('single', 7)" if sql.endswith("v = 3")
+                          else "SELECT 1")
+            err = attempt(c, sql)
+            attempt(c, "COMMIT")
+            ok(err is not None and "fence_protect" in err and
+               committed(path, "single") == before,
+               "%s guard of the previous shape refuses %r, saying what to do"
+               % ("a sealed" if sealed else "an unsealed", sql), err)
+        c.execute("SELECT fence_protect('single', 'tok', 'single')")
+        err = attempt(c, "UPDATE single SET v = 2, tok = 7")
+        rows, _ = committed(path, "single")
+        ok(err is None and rows == [(1, 2, 7)],
+           "after fence_protect again the table is writable", "%r %r" % (err, rows))
+        c.close()
+
+
 def main():
     try:
-        for part in (victim_lookup, schema_blind, old_shape):
+        for part in (victim_lookup, schema_blind, old_shape, previous_shape):
             try:
                 part()
             except Exception as e:

@@ -725,11 +725,30 @@ def review2_attacks():
               "REPLACE through a UNIQUE index re-made under its old name on other columns", err)
 
 
+# ---------------------------------------------------------------------
+# A one-resource guard's triggers pass only its id: the resource is the one
+# main.fence_guards records. A row edited by hand to one fence would refuse
+# as an argument (empty, too long) is refused, never used.
+# ---------------------------------------------------------------------
+def guards_row_attacks():
+    for what, value in (("that is empty", "''"), ("2000 bytes long", "printf('%.2000c', 'x')")):
+        path = fresh_db()
+        c = connect(path, load=False)
+        c.execute("UPDATE fence_guards SET resource = %s WHERE resource = 'single'" % value)
+        c.close()
+        before = committed(path, "single")
+        c = connect(path)
+        err = attempt(c, "UPDATE single SET v = 99, tok = 1000 WHERE id = 1")
+        c.close()
+        unchanged(path, "single", before,
+                  "a guard whose fence_guards row was edited to a resource %s refuses" % what, err)
+
+
 def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, affinity_attacks, planted_attacks, blob_attacks,
-                     shape_attacks, review2_attacks):
+                     shape_attacks, review2_attacks, guards_row_attacks):
             try:
                 part()
             except Exception as e:  # a crash in one class must not hide the others

@@ -328,6 +328,28 @@ def case_memo_savepoint(mode):
     a.close()
 
 
+def case_memo_write_savepoint(mode):
+    """A token-setting UPDATE rolled back to a savepoint: the statement after it that sets no
+    token is refused, whether the token advanced r or equalled its highest."""
+    for tok in (10, 9):
+        path, a = setup("memowsp%d" % tok, mode)
+        a.execute("BEGIN")
+        a.execute("SAVEPOINT s")
+        a.execute("UPDATE t SET n = n + 1, tok = %d WHERE id = 1" % tok)
+        a.execute("ROLLBACK TO s")
+        try:
+            a.execute("UPDATE t SET n = 666 WHERE id = 1")
+            err = None
+        except sqlite3.Error as e:
+            err = str(e)
+        a.execute("COMMIT")
+        ok(err is not None and committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)]
+           and highest(path) == 9,
+           "%s: an UPDATE setting token %d rolled back to its savepoint: the tokenless UPDATE "
+           "after it is refused, r stays at 9" % (mode, tok), (err, highest(path)))
+        a.close()
+
+
 def case_guard_advance_then_fail(mode, explicit):
     """A guard's advance in a statement that then fails is undone with the statement."""
     path, a = setup("gfail%d" % explicit, mode)
@@ -450,6 +472,7 @@ for mode in ("WAL", "DELETE"):
     case_function_override(mode)
     case_memo_reset(mode)
     case_memo_savepoint(mode)
+    case_memo_write_savepoint(mode)
     case_other_connection(mode)
     case_other_process(mode)
     case_hand_raise(mode, False)

@@ -1096,7 +1096,7 @@ opAccept(FuzzInput *in, int which)
 		"SELECT fence_check(?1, ?2)",
 		"SELECT fence_try(?1, ?2)",
 		/* called directly, with no guard id fence_protect recorded */
-		"SELECT fence_guard_write(0, ?1, ?2)",
+		"SELECT fence_guard_write(?1, ?2)",
 		"SELECT fence_guard_write(0, ?1, ?2, ?3)",
 	};
 	int			nArgs = which == 3 ? 3 : 2;
@@ -1144,7 +1144,7 @@ opResource(FuzzInput *in, int which)
 	static const char *const sqls[] = {
 		"SELECT fence_current(?1)",
 		"SELECT fence_reset(?1)",
-		"SELECT fence_guard_fenced(0, ?1)",
+		"SELECT fence_guard_fenced(?1)",
 		"SELECT fence_guard_fenced(0, ?1, ?2)",
 	};
 	int			nArgs = which == 3 ? 2 : 1;
@@ -1500,7 +1500,7 @@ opOther(FuzzInput *in)
 		"SELECT fence_check(resource, token + ?1) FROM main.fence_held LIMIT 20",
 		"SELECT fence_reset(resource) FROM main.fence_held",
 		"SELECT count(*) FROM (SELECT 1 FROM main.fence_held WHERE fence_try(resource || ?1, ?2) LIMIT 20)",
-		"SELECT fence_guard_fenced(0, resource) FROM main.fence_held",
+		"SELECT fence_guard_fenced(resource) FROM main.fence_held",
 	};
 	int			which = in_u8(in) % (sizeof(sqls) / sizeof(sqls[0]));
 	Val			vals[4];
