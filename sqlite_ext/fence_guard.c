@@ -705,7 +705,8 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	/* once seen open in this transaction, the mode cannot change until it ends */
 	if (conn->bJournalChecked)
 		return 1;
-	if (sqlite3_file_control(conn->db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
+	/* NULL: main, without a look-up by name */
+	if (sqlite3_file_control(conn->db, NULL, SQLITE_FCNTL_JOURNAL_POINTER,
 							 &pJournal) == SQLITE_OK &&
 		pJournal != NULL && pJournal->pMethods != NULL)
 	{
