@@ -225,7 +225,12 @@ setupBench(Bench *b, const char *dir, const char *extension, int variant)
 	b->commit = prepare(b->db, "COMMIT");
 	b->update = prepare(b->db, "UPDATE t SET n = n + 1, tok = ?1 WHERE id = ?2");
 	b->insert = prepare(b->db, "INSERT INTO ti(n, tok) VALUES (?1, ?2)");
-	/* warm the page cache and the WAL: every row once */
+	/*
+	 * Warm the page cache and the WAL (every row once) and each statement:
+	 * one row through the INSERT too, so that what a connection does once
+	 * per statement or schema version (fence admits a guard at its first
+	 * call) is not counted in the first cell that uses it.
+	 */
 	exec(b->db, "BEGIN");
 	sqlite3_bind_int64(b->update, 1, 5);
 	for (int id = 1; id <= TABLE_ROWS; id++)
@@ -233,6 +238,9 @@ setupBench(Bench *b, const char *dir, const char *extension, int variant)
 		sqlite3_bind_int(b->update, 2, id);
 		step(b->db, b->update);
 	}
+	sqlite3_bind_int(b->insert, 1, 0);
+	sqlite3_bind_int64(b->insert, 2, 5);
+	step(b->db, b->insert);
 	exec(b->db, "COMMIT");
 	snprintf(sql, sizeof(sql), "PRAGMA wal_checkpoint(TRUNCATE)");
 	exec(b->db, sql);
