@@ -1399,7 +1399,7 @@ guardResource(sqlite3_context *ctx, FenceConn *conn, sqlite3_value **argv, int b
  * differs from row to row. fence_stats counts the accept as always.
  * ------------------------------------------------------------------ */
 
-static int
+static inline int
 memoHit(const FenceConn *conn, const FenceGuardMemo *m, sqlite3_value *idArg)
 {
 	return m->epoch == conn->guardEpoch &&
@@ -1407,16 +1407,19 @@ memoHit(const FenceConn *conn, const FenceGuardMemo *m, sqlite3_value *idArg)
 		sqlite3_value_int64(idArg) == m->id;
 }
 
+/* Remember a call of guard idArg on resource z that passed (at token). */
 static void
 memoSet(FenceConn *conn, FenceGuardMemo *m, sqlite3_value *idArg, const char *z, int n,
 		sqlite3_int64 token)
 {
-	if (n > FENCE_MEMO_MAX || sqlite3_value_type(idArg) != SQLITE_INTEGER)
+	int			slot = fenceStatsFind(conn, z, n);
+
+	/* the accept made the entry; without one (no memory) nothing is remembered */
+	if (slot < 0 || sqlite3_value_type(idArg) != SQLITE_INTEGER)
 		return;
 	m->id = sqlite3_value_int64(idArg);
 	m->token = token;
-	m->n = n;
-	memcpy(m->z, z, (size_t) n);
+	m->statsSlot = slot;
 	m->epoch = conn->guardEpoch;
 }
 
@@ -1516,16 +1519,11 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		sqlite3_value_type(argv[1]) == SQLITE_INTEGER &&
 		sqlite3_value_int64(argv[1]) == m->token)
 	{
-		int			slot = fenceStatsFind(conn, m->z, m->n);
-
-		if (slot >= 0)
-		{
-			fenceStatsCount(conn, slot, 0, m->token);
-			sqlite3_result_int64(ctx, m->token);
-			return;
-		}
+		fenceStatsCount(conn, m->statsSlot, 0, m->token);
+		sqlite3_result_int64(ctx, m->token);
 	}
-	guardWriteChecked(ctx, conn, argc, argv);
+	else
+		guardWriteChecked(ctx, conn, argc, argv);
 }
 
 /*

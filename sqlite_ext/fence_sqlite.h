@@ -59,14 +59,12 @@ typedef struct FenceHint
  * again while nothing that could change its answer has happened
  * (FenceConn.guardEpoch).
  */
-#define FENCE_MEMO_MAX 64
 typedef struct FenceGuardMemo
 {
 	unsigned	epoch;			/* FenceConn.guardEpoch when it passed; 0: none */
 	sqlite3_int64 id;			/* the guard id */
 	sqlite3_int64 token;		/* fence_guard_write's token */
-	int			n;				/* the resource */
-	char		z[FENCE_MEMO_MAX];
+	int			statsSlot;		/* the resource's fence_stats entry (never moves) */
 } FenceGuardMemo;
 
 #define FENCE_SHARED_UNKNOWN 0
