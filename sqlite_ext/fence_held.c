@@ -119,14 +119,22 @@ heldConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 {
 	FenceConn  *conn = pAux;
 	HeldVtab   *vtab;
+	int			bJoin;
 	int			rc;
 
 	(void) pzErr;
-	rc = sqlite3_declare_vtab(db, "CREATE TABLE x(resource TEXT, token INTEGER)");
+	/*
+	 * fence_join, which guard triggers name, has one column: the INSERT
+	 * that names it there costs a register per column in every trigger
+	 * frame, though it never runs.
+	 */
+	bJoin = argv != NULL && argc >= 1 && sqlite3_stricmp(argv[0], "fence_join") == 0;
+	rc = sqlite3_declare_vtab(db, bJoin ? "CREATE TABLE x(resource TEXT)" :
+							  "CREATE TABLE x(resource TEXT, token INTEGER)");
 	if (rc != SQLITE_OK)
 		return rc;
 	/* a planted view or trigger must not be able to enlist or read it */
-	if (argv == NULL || argc < 1 || sqlite3_stricmp(argv[0], "fence_join") != 0)
+	if (!bJoin)
 		sqlite3_vtab_config(db, SQLITE_VTAB_DIRECTONLY);
 	vtab = sqlite3_malloc(sizeof(*vtab));
 	if (vtab == NULL)

@@ -681,16 +681,16 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * one jump, no CASE. The body is never reached; it names fence_join, which
  * makes SQLite join that table to the transaction when a statement that
  * fires the trigger starts (fence_held.c), so that the guard need not run a
- * statement of its own to learn where the transaction ends. An INSERT with
- * no columns is the form that costs the trigger's frame least (no cursor,
- * four registers). Takes G last.
+ * statement of its own to learn where the transaction ends. An INSERT into
+ * its one column is the form that costs the trigger's frame least (no
+ * cursor, three registers). Takes G last.
  * The comment FENCE_GUARD_SHAPE marks the triggers of this shape: admission
  * refuses a guard whose triggers lack it (fence_guard.c).
  */
 #define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
 #define GUARD_WHEN_RAISE ") AND RAISE(ABORT, 'fence guard %lld did not run (an " \
 	"authorizer ignored it?): write refused')"
-#define GUARD_WHEN_TAIL GUARD_WHEN_RAISE " BEGIN INSERT INTO fence_join VALUES (NULL, NULL); END"
+#define GUARD_WHEN_TAIL GUARD_WHEN_RAISE " BEGIN INSERT INTO fence_join VALUES (NULL); END"
 
 /*
  * The triggers that fire only with another of the guard's (insert_after
