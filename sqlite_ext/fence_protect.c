@@ -830,9 +830,35 @@ unprotectSql(sqlite3_context *ctx, const char *zFunc, const char *zTable)
 	return zSql;
 }
 
-/* Run zSql as one unit: all of it or none. */
+/*
+ * Does zSql (one row, one integer column) read back exactly nWant? An
+ * authorizer that blinds a column it reads makes the row not count, and one
+ * that skips the SELECT leaves no row: either is "no".
+ */
 static int
-execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql)
+readsBack(sqlite3 *db, const char *zSql, sqlite3_int64 nWant)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			bOk = 0;
+
+	if (sqlite3_prepare_v2(db, zSql, -1, &stmt, NULL) == SQLITE_OK &&
+		sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) == SQLITE_INTEGER)
+		bOk = sqlite3_column_int64(stmt, 0) == nWant;
+	sqlite3_finalize(stmt);
+	return bOk;
+}
+
+/*
+ * Run zSql, then zThen, as one unit: all of it or none. zCheck, when given,
+ * is a query that must read back nCheck after zSql, before zThen runs: an
+ * authorizer answering SQLITE_IGNORE to CREATE TRIGGER (or to the INSERT
+ * into sqlite_schema it makes) has SQLite skip the statement without an
+ * error, and a guard that is not there would never call fence again to be
+ * refused.
+ */
+static int
+execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql,
+			   const char *zCheck, sqlite3_int64 nCheck, const char *zThen)
 {
 	sqlite3    *db = sqlite3_context_db_handle(ctx);
 	int			rc = sqlite3_exec(db, "SAVEPOINT fence_protect", NULL, NULL, NULL);
@@ -840,12 +866,23 @@ execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql)
 	if (rc == SQLITE_OK)
 	{
 		rc = sqlite3_exec(db, zSql, NULL, NULL, NULL);
+		if (rc == SQLITE_OK && zCheck != NULL && !readsBack(db, zCheck, nCheck))
+			rc = SQLITE_NOTFOUND;	/* not from SQLite: said below */
+		if (rc == SQLITE_OK && zThen != NULL)
+			rc = sqlite3_exec(db, zThen, NULL, NULL, NULL);
 		if (rc != SQLITE_OK)
 		{
-			char	   *zMsg = sqlite3_mprintf("%s: %s", zFunc, sqlite3_errmsg(db));
+			char	   *zMsg = rc != SQLITE_NOTFOUND ?
+				sqlite3_mprintf("%s: %s", zFunc, sqlite3_errmsg(db)) :
+				sqlite3_mprintf("%s: the guard's triggers or its row of main.fence_guards "
+								"did not read back as written (an authorizer "
+								"(sqlite3_set_authorizer) that answers SQLITE_IGNORE to "
+								"CREATE TRIGGER, to writes of sqlite_schema or fence_guards, "
+								"or to reads of them?); nothing was changed; let the "
+								"authorizer allow fence's statements", zFunc);
 
 			sqlite3_exec(db, "ROLLBACK TO fence_protect; RELEASE fence_protect", NULL, NULL, NULL);
-			resultError(ctx, rc, zMsg);
+			resultError(ctx, rc != SQLITE_NOTFOUND ? rc : FENCE_RC_INVALID, zMsg);
 			return 0;
 		}
 		rc = sqlite3_exec(db, "RELEASE fence_protect", NULL, NULL, NULL);
@@ -960,22 +997,43 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		goto done;
 	}
 	{
-		/* protecting again replaces the guard, in one step */
-		char	   *zAll = sqlite3_mprintf("%s%s;\n%s"
+		/*
+		 * Protecting again replaces the guard, in one step. The new guard is
+		 * made, and read back, before the old one is dropped: should the
+		 * savepoint itself have been skipped (an authorizer answering
+		 * SQLITE_IGNORE to SAVEPOINT), a refusal must still leave the table
+		 * guarded, by the old triggers at least.
+		 */
+		char	   *zAll = sqlite3_mprintf("%s;\n%s"
 										   "INSERT INTO main.fence_guards(id, resource, keyed, uniques) "
 										   "VALUES (%lld, %Q, %d, %Q);\n",
-										   zDrop, createGuardsSql, zSql, (long long) spec.id,
+										   createGuardsSql, zSql, (long long) spec.id,
 										   spec.zResource, spec.zKeyColumn != NULL, spec.zUniques);
 
-		if (zAll == NULL)
+		/*
+		 * What must read back: each trigger of the guard, of this shape, on
+		 * this table (three, one more with a token column, one more checked
+		 * AFTER INSERT), and its row of fence_guards.
+		 */
+		char	   *zCheck = sqlite3_mprintf(
+			"SELECT (SELECT count(*) FROM main.sqlite_schema WHERE type = 'trigger' "
+			"AND name GLOB 'fence:%lld:*' AND tbl_name = %Q AND instr(sql, %Q) > 0) + "
+			"(SELECT count(*) FROM main.fence_guards WHERE id = %lld AND resource = %Q "
+			"AND keyed = %d AND uniques = %Q)", (long long) spec.id, zCanonical,
+			FENCE_GUARD_SHAPE, (long long) spec.id, spec.zResource, spec.zKeyColumn != NULL,
+			spec.zUniques);
+		int			nCheck = 3 + (spec.zTokenColumn != NULL) + spec.bKeyIsRowid + 1;
+
+		if (zAll == NULL || zCheck == NULL)
 			sqlite3_result_error_nomem(ctx);
-		else if (execAtomically(ctx, "fence_protect", zAll))
+		else if (execAtomically(ctx, "fence_protect", zAll, zCheck, nCheck, zDrop))
 		{
 			/* this connection's watch on fence_tokens, if it exists (fence_cache.c) */
 			fenceCacheWatchCreate(sqlite3_user_data(ctx));
 			sqlite3_result_null(ctx);
 		}
 		sqlite3_free(zAll);
+		sqlite3_free(zCheck);
 	}
 done:
 	sqlite3_free(zDrop);
@@ -1002,7 +1060,7 @@ fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (zCanonical == NULL)
 		return;
 	zDrop = unprotectSql(ctx, "fence_unprotect", zCanonical);
-	if (zDrop != NULL && execAtomically(ctx, "fence_unprotect", zDrop))
+	if (zDrop != NULL && execAtomically(ctx, "fence_unprotect", zDrop, NULL, 0, NULL))
 		sqlite3_result_null(ctx);
 	sqlite3_free(zDrop);
 	sqlite3_free(zCanonical);
@@ -1013,7 +1071,8 @@ fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
  * of SELECTs (fence 1.3) or name no guard id (1.2), and an authorizer that
  * answers SQLITE_IGNORE to the guard functions or to those SELECTs skips
  * them without any code of fence's running, so admission cannot refuse
- * them. Each such trigger is replaced by one of the same name and event
+ * them. Each such trigger is replaced by one of the same event, named after
+ * it with ":sealed" appended (fence_unprotect finds it by that name too),
  * whose WHEN clause raises (no SELECT, no function: nothing to ignore),
  * until fence_protect makes the guard again. Done only outside a
  * transaction, all or nothing; when the file is read-only or locked, the
@@ -1024,12 +1083,17 @@ fenceSealOldGuards(sqlite3 *db)
 {
 	sqlite3_stmt *stmt = NULL;
 	char	   *zSql = sqlite3_mprintf("%s", "SAVEPOINT fence_seal;\n");
+	char	   *zNames = sqlite3_mprintf("%s", "''");	/* the sealing ones, as an IN list */
+	char	   *zDrops = sqlite3_mprintf("%s", "");
 	int			n = 0;
 	int			rc;
 
-	if (zSql == NULL || !sqlite3_get_autocommit(db) || sqlite3_db_readonly(db, "main") != 0)
+	if (zSql == NULL || zNames == NULL || zDrops == NULL || !sqlite3_get_autocommit(db) ||
+		sqlite3_db_readonly(db, "main") != 0)
 	{
 		sqlite3_free(zSql);
+		sqlite3_free(zNames);
+		sqlite3_free(zDrops);
 		return;
 	}
 	rc = sqlite3_prepare_v2(db,
@@ -1040,7 +1104,8 @@ fenceSealOldGuards(sqlite3 *db)
 							"ELSE 'UPDATE' END FROM main.sqlite_schema WHERE type = 'trigger' "
 							"AND ((name GLOB 'fence:[0-9]*:*' AND (instr(sql, ?1) > 0) IS NOT 1) "
 							"OR name GLOB 'fence_insert:*' OR name GLOB 'fence_update:*' "
-							"OR name GLOB 'fence_update_token:*' OR name GLOB 'fence_delete:*')",
+							"OR name GLOB 'fence_update_token:*' OR name GLOB 'fence_delete:*') "
+							"AND (instr(sql, 'made by an older fence') > 0) IS NOT 1",
 							-1, &stmt, NULL);
 	if (rc == SQLITE_OK)
 		sqlite3_bind_text(stmt, 1, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
@@ -1053,23 +1118,44 @@ fenceSealOldGuards(sqlite3 *db)
 
 		if (zName == NULL || zTable == NULL || zEvent == NULL)
 			break;
-		z = sqlite3_mprintf("%sDROP TRIGGER main.\"%w\";\n"
-							"CREATE TRIGGER main.\"%w\" BEFORE %s ON \"%w\" WHEN CASE WHEN 1 THEN "
+		/* the sealing trigger first, under a name of its own: see below */
+		z = sqlite3_mprintf("%sCREATE TRIGGER main.\"%w:sealed\" BEFORE %s ON \"%w\" "
+							"WHEN CASE WHEN 1 THEN "
 							"RAISE(ABORT, 'fence guard refused: the guard of \"%q\" was made by an "
 							"older fence, of a shape an authorizer can skip; run fence_protect on "
 							"the table again to replace its guard') END BEGIN SELECT 0; END;\n",
-							zSql, zName, zName, zEvent, zTable, zTable);
+							zSql, zName, zEvent, zTable, zTable);
 		sqlite3_free(zSql);
 		zSql = z;
+		z = zDrops ? sqlite3_mprintf("%sDROP TRIGGER main.\"%w\";\n", zDrops, zName) : NULL;
+		sqlite3_free(zDrops);
+		zDrops = z;
+		z = zNames ? sqlite3_mprintf("%s, '%q:sealed'", zNames, zName) : NULL;
+		sqlite3_free(zNames);
+		zNames = z;
 		n++;
 	}
 	sqlite3_finalize(stmt);
-	if (zSql && n > 0)
+	if (zSql && zNames && zDrops && n > 0)
 	{
-		if (sqlite3_exec(db, zSql, NULL, NULL, NULL) == SQLITE_OK)
+		/*
+		 * The old triggers are dropped only once every sealing trigger reads
+		 * back: an authorizer answering SQLITE_IGNORE to CREATE TRIGGER (and
+		 * to SAVEPOINT, so that nothing could be rolled back) must not leave
+		 * the old ones dropped and nothing in their place.
+		 */
+		char	   *zCheck = sqlite3_mprintf("SELECT count(*) FROM main.sqlite_schema "
+											 "WHERE type = 'trigger' AND name IN (%s) AND "
+											 "instr(sql, 'made by an older fence') > 0", zNames);
+
+		if (zCheck != NULL && sqlite3_exec(db, zSql, NULL, NULL, NULL) == SQLITE_OK &&
+			readsBack(db, zCheck, n) && sqlite3_exec(db, zDrops, NULL, NULL, NULL) == SQLITE_OK)
 			sqlite3_exec(db, "RELEASE fence_seal", NULL, NULL, NULL);
 		else
 			sqlite3_exec(db, "ROLLBACK TO fence_seal; RELEASE fence_seal", NULL, NULL, NULL);
+		sqlite3_free(zCheck);
 	}
 	sqlite3_free(zSql);
+	sqlite3_free(zNames);
+	sqlite3_free(zDrops);
 }

@@ -14,7 +14,10 @@ table and fence_tokens read back by a fresh connection without fence):
   * a guard trigger of an older shape (a body of SELECTs, which such an
     authorizer skips) is refused until fence_protect runs again; so is
     one of the previous 1.4 shape (its calls pass the resource), sealed
-    at load or, when the file was locked then, refused when it runs.
+    at load or, when the file was locked then, refused when it runs;
+  * an authorizer that makes SQLite skip CREATE TRIGGER (no error) must
+    not leave fence_protect or the seal at load reporting a guard that is
+    not there.
 
 Usage: /usr/bin/python3 tests/sqlite_attacks_blind.py
 Prints "ok - ..." / "not ok - ..." per assertion; exits 1 on a failure.
@@ -299,8 +302,9 @@ def previous_shape():
             holder.execute("ROLLBACK")
             holder.close()
         names = [r[0] for r in c.execute(
-            "SELECT sql FROM sqlite_schema WHERE name = 'fence:%d:update'" % gid)]
-        ok(sealed == ("older fence" in names[0]),
+            "SELECT sql FROM sqlite_schema WHERE name IN ('fence:%d:update', "
+            "'fence:%d:update:sealed')" % (gid, gid))]
+        ok(len(names) == 1 and sealed == ("older fence" in names[0]),
            "a previous-shape guard is %s at load" % ("sealed" if sealed else "left (file locked)"),
            names)
         for sql in ("UPDATE single SET v = 99, tok = 1", "UPDATE single SET v = 2, tok = 7",
@@ -321,9 +325,114 @@ def previous_shape():
         c.close()
 
 
+# ---------------------------------------------------------------------
+# 5. an authorizer that makes SQLite skip fence's DDL: CREATE TRIGGER (or
+#    the INSERT into sqlite_schema it makes) answered SQLITE_IGNORE is
+#    skipped without an error. fence_protect and the seal at load must see
+#    that their triggers are missing and undo, never report a guard that
+#    is not there (a table with no trigger never calls fence again).
+# ---------------------------------------------------------------------
+def ignore_create_trigger(action, a1, a2, db, trigger):
+    return sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_CREATE_TRIGGER else sqlite3.SQLITE_OK
+
+
+def ignore_one_trigger(action, a1, a2, db, trigger):
+    if action == sqlite3.SQLITE_CREATE_TRIGGER and (a1 or "").endswith(":update"):
+        return sqlite3.SQLITE_IGNORE
+    return sqlite3.SQLITE_OK
+
+
+def ignore_schema_insert(action, a1, a2, db, trigger):
+    if action == sqlite3.SQLITE_INSERT and (a1 or "").lower() in ("sqlite_master", "sqlite_schema"):
+        return sqlite3.SQLITE_IGNORE
+    return sqlite3.SQLITE_OK
+
+
+def ignore_savepoint_and_create(action, a1, a2, db, trigger):
+    """Nothing can be rolled back either: SAVEPOINT, RELEASE and ROLLBACK TO skipped."""
+    if action in (sqlite3.SQLITE_SAVEPOINT, sqlite3.SQLITE_CREATE_TRIGGER):
+        return sqlite3.SQLITE_IGNORE
+    return sqlite3.SQLITE_OK
+
+
+def stale_writes_refused(path, what):
+    """A zombie at token 5 (the highest is 10) and an unfenced UPDATE, with no authorizer."""
+    before = committed(path, "single")
+    c = connect(path)
+    for sql in ("UPDATE single SET v = 666, tok = 5 WHERE id = 1",
+                "INSERT INTO single VALUES (3, 666, 5)",
+                "UPDATE single SET v = 667 WHERE id = 1"):
+        err = attempt(c, sql)
+        unchanged(path, "single", before, "%s: %r refused" % (what, sql), err)
+    c.close()
+
+
+def skipped_ddl():
+    for name, auth in (("CREATE TRIGGER ignored", ignore_create_trigger),
+                       ("one trigger's CREATE ignored", ignore_one_trigger),
+                       ("the INSERT into sqlite_schema ignored", ignore_schema_insert),
+                       ("SAVEPOINT and CREATE TRIGGER ignored", ignore_savepoint_and_create)):
+        # fence_protect again (as after an upgrade) on a protected table
+        path = os.path.join(work, "ddl%d.db" % counter[0])
+        counter[0] += 1
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+            SELECT fence_protect('single', 'tok', 'single');
+            INSERT INTO single VALUES (1, 1, 10);
+        """)
+        c.set_authorizer(auth)
+        err = attempt(c, "SELECT fence_protect('single', 'tok', 'single')")
+        c.set_authorizer(None)
+        ok(err is not None and "fence_protect" in err,
+           "%s: fence_protect again fails, saying so" % name, err)
+        c.close()
+        stale_writes_refused(path, "%s, the guard before fence_protect again still" % name)
+
+        # a first fence_protect
+        path = os.path.join(work, "ddl%d.db" % counter[0])
+        counter[0] += 1
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+            INSERT INTO single VALUES (1, 1, 10);
+            SELECT fence_check('single', 10);
+        """)
+        c.set_authorizer(auth)
+        err = attempt(c, "SELECT fence_protect('single', 'tok', 'single')")
+        c.set_authorizer(None)
+        n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+        ok(err is not None and n == 0,
+           "%s: a first fence_protect fails and leaves no trigger behind" % name, (err, n))
+        c.close()
+
+        # the seal at load of a previous-shape guard
+        path = os.path.join(work, "ddl%d.db" % counter[0])
+        counter[0] += 1
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+            SELECT fence_protect('single', 'tok', 'single');
+            INSERT INTO single VALUES (1, 1, 10);
+        """)
+        gid = c.execute("SELECT id FROM fence_guards").fetchone()[0]
+        c.executescript(SHAPE2.format(g=gid))
+        c.close()
+        c = connect(path, load=False)
+        c.set_authorizer(auth)
+        c.enable_load_extension(True)
+        c.load_extension(EXTENSION)
+        c.set_authorizer(None)
+        n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+        ok(n == 4, "%s at load: the previous-shape triggers are sealed or left, never dropped"
+           % name, n)
+        c.close()
+        stale_writes_refused(path, "%s at load, the guard" % name)
+
+
 def main():
     try:
-        for part in (victim_lookup, schema_blind, old_shape, previous_shape):
+        for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl):
             try:
                 part()
             except Exception as e:
