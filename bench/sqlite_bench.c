@@ -103,6 +103,11 @@ openDb(const char *dir, const char *name, const char *extension)
 	sqlite3    *db = NULL;
 	char	   *err = NULL;
 
+	/* a new database each time: an old one's WAL would be found beside it */
+	snprintf(path, sizeof(path), "%s/%s.db-wal", dir, name);
+	remove(path);
+	snprintf(path, sizeof(path), "%s/%s.db-shm", dir, name);
+	remove(path);
 	snprintf(path, sizeof(path), "%s/%s.db", dir, name);
 	remove(path);
 	if (sqlite3_open(path, &db) != SQLITE_OK)

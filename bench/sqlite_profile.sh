@@ -8,6 +8,10 @@
 # (inclusive), which is the profile that explains a missed target. About two
 # minutes at the default scale.
 #
+# Each count starts from a new directory: a database left there by an
+# earlier count (the INSERT cells' rows, its WAL) changed a later cell's
+# count by up to 1.6% (the floor, UPDATE at 1000 rows per transaction).
+#
 # Usage: bash bench/sqlite_profile.sh [--raw]
 #   --raw    tab-separated lines for bench/report.py instead of the table:
 #              sqliteir OP ROWS_PER_TXN VARIANT INSTRUCTIONS_PER_ROW
@@ -32,9 +36,11 @@ for cell in $cells; do
 	op=${cell%/*}
 	per=${cell#*/}
 	for v in $variants; do
+		rm -rf "$work/db"
+		mkdir "$work/db"
 		# only runCell is counted: setting up and warming the database is not
 		valgrind --tool=callgrind --toggle-collect=runCell --callgrind-out-file="$work/cg.out" \
-			"$work/sqlite_bench" "$root/sqlite_ext/fence.so" "$work" 1 "$scale" 0 "$v/$cell/" \
+			"$work/sqlite_bench" "$root/sqlite_ext/fence.so" "$work/db" 1 "$scale" 0 "$v/$cell/" \
 			>"$work/out.tsv" 2>/dev/null
 		rows=$(awk -F'\t' '$1 == "sqlite" {print $6}' "$work/out.tsv" | head -1)
 		# rows written by the cell, as sqlite_bench.c computes them
