@@ -422,18 +422,13 @@ heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 	return SQLITE_OK;
 }
 
-static int
-heldRelease(sqlite3_vtab *pVtab, int iSavepoint)
-{
-	FenceConn  *conn = vtabConn(pVtab);
-
-	if (notJoined(pVtab))
-		return SQLITE_OK;
-	/* what was held stays held; only the marks go */
-	if (iSavepoint < conn->nMark)
-		conn->nMark = iSavepoint;
-	return SQLITE_OK;
-}
+/*
+ * No xRelease: what was held stays held when a savepoint is released, and
+ * its mark may stay too. Only an open savepoint can be rolled back to, and
+ * every open one was announced (here, or as this table joined) after the
+ * one released at its depth, overwriting that mark; nMark past it does no
+ * harm. Not being called spares every statement a call at its end.
+ */
 
 static int
 heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
@@ -517,7 +512,7 @@ static const sqlite3_module heldModule = {
 	NULL,						/* xFindFunction */ \
 	NULL,						/* xRename */ \
 	heldSavepoint, \
-	heldRelease, \
+	NULL,						/* xRelease: see heldSavepoint */ \
 	heldRollbackTo, \
 	NULL						/* xShadowName */ \
 }

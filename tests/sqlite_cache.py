@@ -350,6 +350,41 @@ def case_memo_write_savepoint(mode):
         a.close()
 
 
+def case_released_marks(mode):
+    """A savepoint released and another opened at its depth: ROLLBACK TO the new one undoes
+    exactly what was accepted after it, whether the guard or fence_check accepted it."""
+    path, a = setup("relmarks", mode)
+    a.execute("BEGIN")
+    a.execute("SAVEPOINT a")
+    a.execute("RELEASE a")
+    a.execute("UPDATE t SET n = n + 1, tok = 10 WHERE id = 1")     # holds r at 10
+    a.execute("SAVEPOINT b")
+    a.execute("SELECT fence_check('s', 3)").fetchall()
+    a.execute("SAVEPOINT c")
+    a.execute("SELECT fence_check('q', 4)").fetchall()
+    a.execute("RELEASE c")
+    a.execute("SAVEPOINT d")
+    a.execute("SELECT fence_check('p', 5)").fetchall()
+    a.execute("ROLLBACK TO d")
+    held = sorted(a.execute("SELECT resource, token FROM fence_held").fetchall())
+    ok(held == [("q", 4), ("r", 10), ("s", 3)],
+       "%s: ROLLBACK TO a savepoint opened where another was released undoes only what "
+       "came after it" % mode, held)
+    a.execute("ROLLBACK TO b")
+    held = sorted(a.execute("SELECT resource, token FROM fence_held").fetchall())
+    try:
+        a.execute("UPDATE t SET n = 100 WHERE id = 1")
+        err = None
+    except sqlite3.Error as e:
+        err = str(e)
+    a.execute("COMMIT")
+    ok(held == [("r", 10)] and err is None and highest(path) == 10 and
+       committed(path, "SELECT n FROM t") == [(100,)],
+       "%s: ... and ROLLBACK TO the outer one leaves the guard's fence on r, which a tokenless "
+       "UPDATE then uses" % mode, (held, err, highest(path)))
+    a.close()
+
+
 def case_guard_advance_then_fail(mode, explicit):
     """A guard's advance in a statement that then fails is undone with the statement."""
     path, a = setup("gfail%d" % explicit, mode)
@@ -473,6 +508,7 @@ for mode in ("WAL", "DELETE"):
     case_memo_reset(mode)
     case_memo_savepoint(mode)
     case_memo_write_savepoint(mode)
+    case_released_marks(mode)
     case_other_connection(mode)
     case_other_process(mode)
     case_hand_raise(mode, False)
