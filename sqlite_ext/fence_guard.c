@@ -99,26 +99,92 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
  * The UNIQUE indexes of main.zTable, what identifies each: a sorted comma
  * list of name(column collation, ...), an expression column as "<expr>".
  * The columns, not the name: an index dropped and made again under the same
- * name on other columns would be REPLACEd through unchecked. NULL on error.
+ * name on other columns would be REPLACEd through unchecked. NULL on error,
+ * with *pbBlind 1 when a read came back blinded or was skipped.
  */
 char *
-fenceUniqueSignature(sqlite3 *db, const char *zTable)
+fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
 {
-	sqlite3_stmt *stmt = NULL;
-	char	   *z = NULL;
+	/*
+	 * Every read proves itself: an authorizer answering SQLITE_IGNORE makes
+	 * a column read NULL (a UNIQUE flag read as NULL would hide the index)
+	 * or skips a SELECT (no rows: no indexes). No value may be NULL but the
+	 * name of an expression (cid -2) or of the rowid (-1), and the list must
+	 * end with its sentinel.
+	 */
+	sqlite3_stmt *list = NULL;
+	sqlite3_stmt *cols = NULL;
+	char	   *z = sqlite3_mprintf("%s", "");
+	int			bSentinel = 0;
+	int			rc;
 
-	if (sqlite3_prepare_v2(db,
-						   "SELECT coalesce(group_concat(sig, ','), '') FROM "
-						   "(SELECT l.name || '(' || (SELECT group_concat(coalesce(x.name, '<expr>') "
-						   "|| ' ' || x.coll, ' ') FROM pragma_index_xinfo(l.name, 'main') AS x "
-						   "WHERE x.key) || ')' AS sig FROM pragma_index_list(?1, 'main') AS l "
-						   "WHERE l.\"unique\" ORDER BY l.name)", -1, &stmt, NULL) == SQLITE_OK)
+	*pbBlind = 0;
+	rc = sqlite3_prepare_v2(db, "SELECT 0, name, \"unique\" FROM pragma_index_list(?1, 'main') "
+							"UNION ALL SELECT 1, NULL, NULL ORDER BY 1, 2", -1, &list, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(db, "SELECT cid, name, coll, key FROM pragma_index_xinfo(?1, 'main') "
+								"ORDER BY seqno", -1, &cols, NULL);
+	if (rc == SQLITE_OK)
+		sqlite3_bind_text(list, 1, zTable, -1, SQLITE_STATIC);
+	while (rc == SQLITE_OK && z != NULL && (rc = sqlite3_step(list)) == SQLITE_ROW)
 	{
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		if (sqlite3_step(stmt) == SQLITE_ROW)
-			z = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
+		const char *zIndex = (const char *) sqlite3_column_text(list, 1);
+		char	   *zSig;
+
+		rc = SQLITE_OK;
+		if (sqlite3_column_int(list, 0) == 1)
+		{
+			bSentinel = 1;
+			continue;
+		}
+		if (zIndex == NULL || sqlite3_column_type(list, 2) != SQLITE_INTEGER)
+		{
+			*pbBlind = 1;
+			break;
+		}
+		if (!sqlite3_column_int(list, 2))
+			continue;
+		zSig = sqlite3_mprintf("%s%s%s(", z, z[0] ? "," : "", zIndex);
+		sqlite3_free(z);
+		z = zSig;
+		sqlite3_bind_text(cols, 1, zIndex, -1, SQLITE_TRANSIENT);
+		while (z != NULL && (rc = sqlite3_step(cols)) == SQLITE_ROW)
+		{
+			const char *zCol = (const char *) sqlite3_column_text(cols, 1);
+			const char *zColl = (const char *) sqlite3_column_text(cols, 2);
+
+			rc = SQLITE_OK;
+			if (sqlite3_column_type(cols, 0) != SQLITE_INTEGER || zColl == NULL ||
+				sqlite3_column_type(cols, 3) != SQLITE_INTEGER ||
+				(zCol == NULL && sqlite3_column_int(cols, 0) >= 0))
+			{
+				*pbBlind = 1;
+				break;
+			}
+			if (!sqlite3_column_int(cols, 3))
+				continue;
+			zSig = sqlite3_mprintf("%s%s%s %s", z, z[strlen(z) - 1] == '(' ? "" : " ",
+								   zCol ? zCol : "<expr>", zColl);
+			sqlite3_free(z);
+			z = zSig;
+		}
+		sqlite3_reset(cols);
+		if (*pbBlind || (rc != SQLITE_DONE && rc != SQLITE_OK))
+			break;
+		rc = SQLITE_OK;
+		zSig = z ? sqlite3_mprintf("%s)", z) : NULL;
+		sqlite3_free(z);
+		z = zSig;
 	}
-	sqlite3_finalize(stmt);
+	sqlite3_finalize(list);
+	sqlite3_finalize(cols);
+	if (rc == SQLITE_DONE && !bSentinel)
+		*pbBlind = 1;			/* the SELECT did not run */
+	if (*pbBlind || rc != SQLITE_DONE)
+	{
+		sqlite3_free(z);
+		return NULL;
+	}
 	return z;
 }
 
@@ -534,6 +600,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	int			i;
 	char	   *zShape = NULL;
 	char	   *zOwn = NULL;
+	int			bBlind = 0;
 	FenceGuardSeen *g;
 
 	rc = fenceOwnTableShape(db, "fence_guards", &zShape);
@@ -592,8 +659,24 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   (const char *) sqlite3_column_text(stmt, 0)));
 	else if (strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0)
 		ok = 1;					/* one resource: a replaced row is under it too */
-	else if ((zNow = fenceUniqueSignature(db, (const char *) sqlite3_column_text(stmt, 3))) == NULL)
-		sqlite3_result_error_nomem(ctx);
+	else if ((zNow = fenceUniqueSignature(db, (const char *) sqlite3_column_text(stmt, 3),
+										  &bBlind)) == NULL)
+	{
+		if (bBlind)
+			refuse(ctx, FENCE_RC_INVALID,
+				   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" read "
+								   "back blinded (an authorizer (sqlite3_set_authorizer) that "
+								   "answers SQLITE_IGNORE to reads of pragma_index_list or "
+								   "pragma_index_xinfo?), and a REPLACE through an index the "
+								   "guard does not see would delete rows unchecked; let the "
+								   "authorizer allow them",
+								   (const char *) sqlite3_column_text(stmt, 3)));
+		else
+			refuse(ctx, sqlite3_errcode(db),
+				   sqlite3_mprintf("fence guard: cannot read the UNIQUE indexes of \"%s\": %s",
+								   (const char *) sqlite3_column_text(stmt, 3),
+								   sqlite3_errmsg(db)));
+	}
 	else if (strcmp(zNow, (const char *) sqlite3_column_text(stmt, 2)) != 0)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" changed "

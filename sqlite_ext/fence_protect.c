@@ -156,28 +156,96 @@ isRealColumn(sqlite3 *db, const char *zTable, const char *zColumn)
  * Is zColumn zTable's INTEGER PRIMARY KEY, the alias of the rowid? It is
  * when it is the sole primary key column, declared INTEGER, and the table
  * has no separate primary key index (a WITHOUT ROWID table, or the
- * "INTEGER PRIMARY KEY DESC" quirk, has one).
+ * "INTEGER PRIMARY KEY DESC" quirk, has one). A wrong "no" would have the
+ * guard check, before the insert, a key SQLite has not assigned yet, so
+ * every read proves itself against an authorizer answering SQLITE_IGNORE
+ * (a NULL read, a skipped SELECT): the columns listed must be as many as
+ * "SELECT *" has, none may read NULL, and the key column's declared type
+ * and primary key flag must be what sqlite3_table_column_metadata(), which
+ * no authorizer sees, says. 1, 0, or -1 when it cannot tell.
  */
 static int
 isRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn)
 {
 	sqlite3_stmt *stmt = NULL;
-	int			bAlias = 0;
+	char	   *zSql = sqlite3_mprintf("SELECT * FROM main.\"%w\"", zTable);
+	const char *zDeclType = NULL;
+	int			bMetaPk = 0;
+	int			bMetaInteger;
+	int			nCol = 0;
+	int			nRow = 0;
+	int			nPk = 0;
+	int			bKeyPk = 0;
+	int			bKeyInteger = 0;
+	int			bPkIndex = 0;
+	int			rc;
 
-	if (sqlite3_prepare_v2(db,
-						   "SELECT (SELECT count(*) FROM pragma_table_info(?1, 'main') WHERE pk > 0) = 1"
-						   " AND EXISTS (SELECT 1 FROM pragma_table_info(?1, 'main')"
-						   "   WHERE pk = 1 AND name = ?2 COLLATE NOCASE AND upper(type) = 'INTEGER')"
-						   " AND NOT EXISTS (SELECT 1 FROM pragma_index_list(?1, 'main') WHERE origin = 'pk')",
-						   -1, &stmt, NULL) == SQLITE_OK)
-	{
+	if (zSql == NULL)
+		return -1;
+	if (sqlite3_prepare_v2(db, zSql, -1, &stmt, NULL) == SQLITE_OK)
+		nCol = sqlite3_column_count(stmt);
+	sqlite3_finalize(stmt);
+	sqlite3_free(zSql);
+	if (nCol == 0 ||
+		sqlite3_table_column_metadata(db, "main", zTable, zColumn, &zDeclType, NULL, NULL,
+									  &bMetaPk, NULL) != SQLITE_OK)
+		return -1;
+	bMetaInteger = zDeclType != NULL && sqlite3_stricmp(zDeclType, "INTEGER") == 0;
+
+	/* table_xinfo without a virtual table's hidden columns: what SELECT * lists */
+	rc = sqlite3_prepare_v2(db, "SELECT name, type, pk FROM pragma_table_xinfo(?1, 'main') "
+							"WHERE hidden IS NOT 1", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
 		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 2, zColumn, -1, SQLITE_STATIC);
-		if (sqlite3_step(stmt) == SQLITE_ROW)
-			bAlias = sqlite3_column_int(stmt, 0);
+	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+	{
+		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
+		const char *zType = (const char *) sqlite3_column_text(stmt, 1);
+
+		rc = SQLITE_OK;
+		if (zName == NULL || zType == NULL || sqlite3_column_type(stmt, 2) != SQLITE_INTEGER)
+		{
+			rc = SQLITE_AUTH;
+			break;
+		}
+		nRow++;
+		if (sqlite3_column_int(stmt, 2) > 0)
+		{
+			nPk++;
+			if (sqlite3_stricmp(zName, zColumn) == 0)
+			{
+				bKeyPk = 1;
+				bKeyInteger = sqlite3_stricmp(zType, "INTEGER") == 0;
+			}
+		}
 	}
 	sqlite3_finalize(stmt);
-	return bAlias;
+	if (rc != SQLITE_DONE || nRow != nCol || bKeyPk != (bMetaPk != 0) ||
+		(bKeyPk && bKeyInteger != bMetaInteger))
+		return -1;
+	if (!(nPk == 1 && bKeyPk && bKeyInteger))
+		return 0;
+
+	rc = sqlite3_prepare_v2(db, "SELECT origin FROM pragma_index_list(?1, 'main')", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+	{
+		const char *zOrigin = (const char *) sqlite3_column_text(stmt, 0);
+
+		rc = SQLITE_OK;
+		if (zOrigin == NULL)
+		{
+			rc = SQLITE_AUTH;
+			break;
+		}
+		if (strcmp(zOrigin, "pk") == 0)
+			bPkIndex = 1;
+	}
+	sqlite3_finalize(stmt);
+	if (rc != SQLITE_DONE)
+		return -1;
+	return !bPkIndex;
 }
 
 static int
@@ -230,7 +298,20 @@ lookupColumn(sqlite3_context *ctx, const char *zTable, const char *zColumn,
 		return 0;
 	}
 	if (pIsRowid)
+	{
 		*pIsRowid = isRowidAlias(db, zTable, zColumn);
+		if (*pIsRowid < 0)
+		{
+			resultError(ctx, FENCE_RC_INVALID,
+						sqlite3_mprintf("fence_protect: cannot tell whether \"%s\".\"%s\" is "
+										"the table's INTEGER PRIMARY KEY: fence's reads of its "
+										"columns and indexes came back blinded or failed (an "
+										"authorizer (sqlite3_set_authorizer) that answers "
+										"SQLITE_IGNORE or SQLITE_DENY to them?); the table is "
+										"left as it was", zTable, zColumn));
+			return 0;
+		}
+	}
 	return 1;
 }
 
@@ -418,6 +499,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	char	   *zTerms = sqlite3_mprintf("%s", "");
 	char	   *zNotOld = NULL;
 	char	   *zWitness = NULL;
+	int			bReported = 0;	/* the error is set already (not SQLite's) */
 	int			rc;
 
 	rc = sqlite3_prepare_v2(db,
@@ -451,6 +533,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 											"refuses such a table; the table is left unguarded",
 											zName, spec->zTable));
 				rc = SQLITE_ERROR;
+				bReported = 1;
 				break;
 			}
 			if (nKeyCols == 1 && sqlite3_stricmp(zCol, spec->zKeyColumn) == 0 &&
@@ -508,7 +591,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 		sqlite3_free(zIndex);
 	}
 	sqlite3_finalize(stmt);
-	if (rc == SQLITE_ERROR)
+	if (bReported)
 	{
 		sqlite3_free(zTerms);
 		sqlite3_free(zWitness);
@@ -986,7 +1069,26 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	spec.id &= (sqlite3_int64) 0x3fffffffffffffffLL;
 	if (spec.id == 0)
 		spec.id = 1;
-	spec.zUniques = spec.zKeyColumn ? fenceUniqueSignature(db, zCanonical) : sqlite3_mprintf("*");
+	if (spec.zKeyColumn)
+	{
+		int			bBlind;
+
+		spec.zUniques = fenceUniqueSignature(db, zCanonical, &bBlind);
+		if (spec.zUniques == NULL)
+		{
+			resultError(ctx, bBlind ? FENCE_RC_INVALID : sqlite3_errcode(db),
+						bBlind ? sqlite3_mprintf("fence_protect: the UNIQUE indexes of \"%s\" "
+												 "read back blinded (an authorizer "
+												 "(sqlite3_set_authorizer) that answers "
+												 "SQLITE_IGNORE to reads of pragma_index_list "
+												 "or pragma_index_xinfo?); the table is left as "
+												 "it was", zCanonical) :
+						sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
+			goto done;
+		}
+	}
+	else
+		spec.zUniques = sqlite3_mprintf("*");
 	zDrop = unprotectSql(ctx, "fence_protect", zCanonical);
 	if (zDrop == NULL)
 		goto done;

@@ -339,7 +339,7 @@ void		fenceGuardRecheckSchema(FenceConn *conn);
 void		fenceGuardRolledBack(FenceConn *conn);
 int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
-char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable);
+char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
 
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);

@@ -430,9 +430,102 @@ def skipped_ddl():
         stale_writes_refused(path, "%s at load, the guard" % name)
 
 
+# ---------------------------------------------------------------------
+# 6. an authorizer while fence_protect reads the table's columns and
+#    indexes: what it reads must prove itself, or fence_protect fails and
+#    leaves the table as it was (a guard built on a blinded read is wrong
+#    for every connection after)
+# ---------------------------------------------------------------------
+def rule(action, arg1, arg2, answer):
+    def auth(a, b, c, db, trigger):
+        return answer if (a, b, c) == (action, arg1, arg2) else sqlite3.SQLITE_OK
+    return auth
+
+
+def protect_blind():
+    cases = [
+        ("count() denied", "k(id TEXT PRIMARY KEY, v, tok INTEGER)", "'kv:a'", "a",
+         rule(sqlite3.SQLITE_FUNCTION, None, "count", sqlite3.SQLITE_DENY)),
+        ("the key's pk flag ignored", "k(id INTEGER PRIMARY KEY, v, tok INTEGER)", "'kv:2'", 2,
+         rule(sqlite3.SQLITE_READ, "pragma_table_xinfo", "pk", sqlite3.SQLITE_IGNORE)),
+        ("the column types ignored", "k(id INTEGER PRIMARY KEY, v, tok INTEGER)", "'kv:2'", 2,
+         rule(sqlite3.SQLITE_READ, "pragma_table_xinfo", "type", sqlite3.SQLITE_IGNORE)),
+        ("the column list denied", "k(id INTEGER PRIMARY KEY, v, tok INTEGER)", "'kv:2'", 2,
+         rule(sqlite3.SQLITE_READ, "pragma_table_xinfo", "name", sqlite3.SQLITE_DENY)),
+        ("the UNIQUE flags ignored", "k(id TEXT PRIMARY KEY, u TEXT UNIQUE, v, tok INTEGER)",
+         "'kv:a'", "a", rule(sqlite3.SQLITE_READ, "pragma_index_list", "unique",
+                             sqlite3.SQLITE_IGNORE)),
+        ("the index columns' key flags ignored",
+         "k(id TEXT PRIMARY KEY, u TEXT UNIQUE, v, tok INTEGER)", "'kv:a'", "a",
+         rule(sqlite3.SQLITE_READ, "pragma_index_xinfo", "key", sqlite3.SQLITE_IGNORE)),
+    ]
+    for name, table, resource, key, auth in cases:
+        for again in (False, True):
+            path = os.path.join(work, "pb%d.db" % counter[0])
+            counter[0] += 1
+            c = connect(path)
+            c.execute("CREATE TABLE " + table)
+            c.execute("SELECT fence_check(%s, 20)" % resource).fetchall()
+            if key == 2:
+                # the id SQLite will assign next: a stale INSERT that names no id
+                c.execute("SELECT fence_check('kv:3', 20)").fetchall()
+            if again:
+                c.execute("SELECT fence_protect('k', 'tok', 'kv:', 'id')")
+            c.execute("INSERT INTO k(id, v, tok) VALUES (?, 'x', 20)", (key,))
+            c.set_authorizer(auth)
+            err = attempt(c, "SELECT fence_protect('k', 'tok', 'kv:', 'id')")
+            c.set_authorizer(None)
+            n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+            # four triggers; five when the key is the INTEGER PRIMARY KEY (insert_after)
+            want = (5 if key == 2 else 4) if again else 0
+            ok(err is not None and "fence_protect" in err and n == want,
+               "%s%s: fence_protect fails, the table left as it was" %
+               (name, " (protected before)" if again else ""), (err, n))
+            c.close()
+            if not again:
+                continue
+            before = committed_k(path)
+            c = connect(path)
+            for sql in ("INSERT INTO k(v, tok) VALUES ('new', 5)" if key == 2 else
+                        "INSERT INTO k VALUES ('b', 'U2', 'new', NULL)",
+                        "UPDATE k SET v = 'stale', tok = 5"):
+                err = attempt(c, sql)
+                ok(err is not None and committed_k(path) == before,
+                   "%s (protected before): the old guard still refuses %r" % (name, sql), err)
+            c.close()
+
+    # the writing connection's authorizer blinds the UNIQUE flags: admission refuses
+    path = os.path.join(work, "pb%d.db" % counter[0])
+    counter[0] += 1
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE k(id TEXT PRIMARY KEY, u TEXT UNIQUE, v, tok INTEGER);
+        SELECT fence_check('kv:b', 20);
+        INSERT INTO k VALUES ('b', 'U', 'b-row', 20);
+        SELECT fence_protect('k', 'tok', 'kv:', 'id');
+    """)
+    c.close()
+    before = committed_k(path)
+    c = connect(path)
+    c.set_authorizer(rule(sqlite3.SQLITE_READ, "pragma_index_list", "unique", sqlite3.SQLITE_IGNORE))
+    err = attempt(c, "INSERT OR REPLACE INTO k VALUES ('c', 'U', 'c-row', 1)")
+    c.close()
+    ok(err is not None and committed_k(path) == before,
+       "a writer whose authorizer blinds the UNIQUE flags: a REPLACE through u is refused", err)
+
+
+def committed_k(path):
+    c = connect(path, load=False)
+    rows = c.execute("SELECT * FROM k ORDER BY 1").fetchall()
+    tokens = c.execute("SELECT resource, token FROM fence_tokens ORDER BY 1").fetchall()
+    c.close()
+    return rows, tokens
+
+
 def main():
     try:
-        for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl):
+        for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl,
+                     protect_blind):
             try:
                 part()
             except Exception as e:
