@@ -397,34 +397,52 @@ schemaReadable(sqlite3_context *ctx, FenceConn *conn, const char *zSchema)
 /*
  * The guard's triggers must be of the shape this fence writes
  * (FENCE_GUARD_SHAPE): an older one checks in its body, which an authorizer
- * can skip. Returns 1, or 0 with an error set.
+ * can skip, or passes other arguments. A one-resource guard's triggers must
+ * name, in their RAISE, the resource main.fence_guards records for it
+ * (zResource; NULL for a per-row guard, whose calls pass the prefix): its
+ * calls do not, and a record edited to another resource would otherwise
+ * re-point the guard. Returns 1, or 0 with an error set.
  */
 static int
-checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable)
+checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
+				const char *zResource)
 {
 	sqlite3_stmt *stmt = NULL;
+	char	   *zTag = zResource ? fenceGuardTag(id, zResource) : NULL;
+	char	   *zRaise = zTag ? sqlite3_mprintf("'fence guard %s did not run", zTag) : NULL;
 	int			rc;
 
+	if (zResource != NULL && zRaise == NULL)
+	{
+		sqlite3_free(zTag);
+		sqlite3_result_error_nomem(ctx);
+		return 0;
+	}
 	rc = sqlite3_prepare_v2(conn->db,
 							"SELECT name FROM main.sqlite_schema WHERE type = 'trigger' "
 							"AND name GLOB 'fence:' || ?1 || ':*' "
-							"AND (instr(sql, ?2) > 0) IS NOT 1 LIMIT 1", -1, &stmt, NULL);
+							"AND (instr(sql, ?2) > 0 AND (?3 IS NULL OR instr(sql, ?3) > 0)) "
+							"IS NOT 1 LIMIT 1", -1, &stmt, NULL);
 	if (rc == SQLITE_OK)
 	{
 		sqlite3_bind_int64(stmt, 1, id);
 		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
+		sqlite3_bind_text(stmt, 3, zRaise, -1, SQLITE_STATIC);
 		rc = sqlite3_step(stmt);
 	}
 	if (rc == SQLITE_ROW)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" was made by an older "
-							   "fence (trigger \"%s\" is of a shape an authorizer can skip); "
-							   "run fence_protect on the table again to replace its guard",
+							   "fence, or does not match its record in main.fence_guards "
+							   "(trigger \"%s\"); run fence_protect on the table again to "
+							   "replace its guard",
 							   zTable, (const char *) sqlite3_column_text(stmt, 0)));
 	else if (rc != SQLITE_DONE)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
 										(long long) id, zTable, sqlite3_errmsg(conn->db)));
 	sqlite3_finalize(stmt);
+	sqlite3_free(zRaise);
+	sqlite3_free(zTag);
 	return rc == SQLITE_DONE;
 }
 
@@ -699,7 +717,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			ok = 0;
 		}
 	}
-	if (ok && !checkGuardShape(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
+	if (ok && !checkGuardShape(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3),
+							   bKeyed ? NULL : (const char *) sqlite3_column_text(stmt, 0)))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;

@@ -766,12 +766,12 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * fires the trigger starts (fence_held.c), so that the guard need not run a
  * statement of its own to learn where the transaction ends. An INSERT into
  * its one column is the form that costs the trigger's frame least (no
- * cursor, three registers). Takes G last.
+ * cursor, three registers). Takes the guard's tag last (guardTag).
  * The comment FENCE_GUARD_SHAPE marks the triggers of this shape: admission
  * refuses a guard whose triggers lack it (fence_guard.c).
  */
 #define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
-#define GUARD_WHEN_RAISE ") AND RAISE(ABORT, 'fence guard %lld did not run (an " \
+#define GUARD_WHEN_RAISE ") AND RAISE(ABORT, 'fence guard %s did not run (an " \
 	"authorizer ignored it?): write refused')"
 #define GUARD_WHEN_TAIL GUARD_WHEN_RAISE " BEGIN INSERT INTO fence_join VALUES (NULL); END"
 
@@ -781,6 +781,19 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * statement joins it through the other. Their body is the smallest.
  */
 #define GUARD_WHEN_TAIL_SECOND GUARD_WHEN_RAISE " BEGIN SELECT 0; END"
+
+/*
+ * How the RAISE names the guard: G, and a one-resource guard's resource,
+ * whose calls do not pass it. Admission finds this text in each of the
+ * guard's triggers (fenceGuardTriggerTag), so that a record of
+ * main.fence_guards edited to another resource is refused, not obeyed.
+ */
+char *
+fenceGuardTag(sqlite3_int64 id, const char *zResource)
+{
+	return zResource ? sqlite3_mprintf("%lld (resource \"%q\")", (long long) id, zResource) :
+		sqlite3_mprintf("%lld", (long long) id);
+}
 
 static char *
 protectSql(const ProtectSpec *spec)
@@ -802,8 +815,9 @@ protectSql(const ProtectSpec *spec)
 	char	   *zTokenTrigger = NULL;
 	char	   *zSql = NULL;
 	long long	G = (long long) spec->id;
+	char	   *zTag = fenceGuardTag(spec->id, spec->zKeyColumn ? NULL : spec->zResource);
 
-	if (!zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
+	if (!zTag || !zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
 		!zDelete || (spec->zTokenColumn && (!zUpdateToken || !zUpdateTokenConflicts)))
 		goto done;
 
@@ -818,19 +832,19 @@ protectSql(const ProtectSpec *spec)
 			"CASE WHEN NEW.\"%w\" <> -1 THEN %s ELSE 1 END%s" GUARD_WHEN_TAIL ";\n"
 			"CREATE TRIGGER main.\"fence:%lld:insert_after\" AFTER INSERT ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL_SECOND ";\n",
-			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, G, G, T,
-			zInsert, G);
+			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, zTag, G, T,
+			zInsert, zTag);
 	else
 		zInsertTriggers = sqlite3_mprintf(
 			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n",
-			G, T, zInsert, zInsertConflicts, G);
+			G, T, zInsert, zInsertConflicts, zTag);
 	/* created after "update" so that it runs first */
 	zTokenTrigger = spec->zTokenColumn ?
 		sqlite3_mprintf("CREATE TRIGGER main.\"fence:%lld:update_token\" "
 						"BEFORE UPDATE OF \"%w\" ON \"%w\" "
 						"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL_SECOND ";\n",
-						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts, G) :
+						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts, zTag) :
 		sqlite3_mprintf("%s", "");
 	if (zInsertTriggers && zTokenTrigger)
 		zSql = sqlite3_mprintf(
@@ -841,10 +855,11 @@ protectSql(const ProtectSpec *spec)
 			"CREATE TRIGGER main.\"fence:%lld:delete\" BEFORE DELETE ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n",
 			zInsertTriggers,
-			G, T, zUpdate, zUpdateConflicts, G,
+			G, T, zUpdate, zUpdateConflicts, zTag,
 			zTokenTrigger,
-			G, T, zDelete, G);
+			G, T, zDelete, zTag);
 done:
+	sqlite3_free(zTag);
 	sqlite3_free(zInsertTriggers);
 	sqlite3_free(zTokenTrigger);
 	sqlite3_free(zTokenTail);

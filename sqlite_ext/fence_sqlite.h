@@ -340,6 +340,8 @@ void		fenceGuardRolledBack(FenceConn *conn);
 int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
+/* fence_protect.c */
+char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource);
 
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);

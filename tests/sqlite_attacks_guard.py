@@ -727,11 +727,13 @@ def review2_attacks():
 
 # ---------------------------------------------------------------------
 # A one-resource guard's triggers pass only its id: the resource is the one
-# main.fence_guards records. A row edited by hand to one fence would refuse
-# as an argument (empty, too long) is refused, never used.
+# main.fence_guards records, and its triggers name it in their RAISE text.
+# A row edited by hand (to a resource fence would refuse as an argument, or
+# to another one, which would re-point the guard) is refused, never used.
 # ---------------------------------------------------------------------
 def guards_row_attacks():
-    for what, value in (("that is empty", "''"), ("2000 bytes long", "printf('%.2000c', 'x')")):
+    for what, value in (("that is empty", "''"), ("2000 bytes long", "printf('%.2000c', 'x')"),
+                        ("that is another one, with no highest yet", "'other'")):
         path = fresh_db()
         c = connect(path, load=False)
         c.execute("UPDATE fence_guards SET resource = %s WHERE resource = 'single'" % value)
