@@ -278,18 +278,24 @@ SHAPE2 = """
 """
 
 
+def previous_shape_db(path, tok):
+    """single protected, one row at tok, its update triggers of the previous shape; the id."""
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
+        SELECT fence_protect('single', 'tok', 'single');
+        INSERT INTO single VALUES (1, 1, %d);
+    """ % tok)
+    gid = c.execute("SELECT id FROM fence_guards").fetchone()[0]
+    c.executescript(SHAPE2.format(g=gid))
+    c.close()
+    return gid
+
+
 def previous_shape():
     for sealed in (True, False):
         path = os.path.join(work, "shape2-%d.db" % sealed)
-        c = connect(path)
-        c.executescript("""
-            CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
-            SELECT fence_protect('single', 'tok', 'single');
-            INSERT INTO single VALUES (1, 1, 7);
-        """)
-        gid = c.execute("SELECT id FROM fence_guards").fetchone()[0]
-        c.executescript(SHAPE2.format(g=gid))
-        c.close()
+        gid = previous_shape_db(path, 7)
         before = committed(path, "single")
         holder = None
         if not sealed:
@@ -409,15 +415,7 @@ def skipped_ddl():
         # the seal at load of a previous-shape guard
         path = os.path.join(work, "ddl%d.db" % counter[0])
         counter[0] += 1
-        c = connect(path)
-        c.executescript("""
-            CREATE TABLE single(id INTEGER PRIMARY KEY, v INTEGER, tok INTEGER);
-            SELECT fence_protect('single', 'tok', 'single');
-            INSERT INTO single VALUES (1, 1, 10);
-        """)
-        gid = c.execute("SELECT id FROM fence_guards").fetchone()[0]
-        c.executescript(SHAPE2.format(g=gid))
-        c.close()
+        previous_shape_db(path, 10)
         c = connect(path, load=False)
         c.set_authorizer(auth)
         c.enable_load_extension(True)

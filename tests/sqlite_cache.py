@@ -307,13 +307,14 @@ def case_memo_reset(mode):
     a.close()
 
 
-def case_memo_savepoint(mode):
-    """A fence rolled back with its savepoint no longer lets tokenless writes through."""
-    path, a = setup("memosp", mode)
+def rolled_back_then_tokenless(name, mode, inside, what):
+    """BEGIN; SAVEPOINT s; the statements inside; ROLLBACK TO s; then a tokenless UPDATE must be
+    refused, with nothing of it committed and r still at 9."""
+    path, a = setup(name, mode)
     a.execute("BEGIN")
     a.execute("SAVEPOINT s")
-    a.execute("UPDATE t SET n = n + 1, tok = 10 WHERE id = 1")
-    a.execute("UPDATE t SET n = n + 1 WHERE id = 1")      # fenced: the memo remembers it
+    for sql in inside:
+        a.execute(sql)
     a.execute("ROLLBACK TO s")
     try:
         a.execute("UPDATE t SET n = 666 WHERE id = 1")
@@ -322,32 +323,26 @@ def case_memo_savepoint(mode):
         err = str(e)
     a.execute("COMMIT")
     ok(err is not None and committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)]
-       and highest(path) == 9,
-       "%s: after ROLLBACK TO, a tokenless UPDATE is refused and r stays at 9" % mode,
-       (err, highest(path)))
+       and highest(path) == 9, "%s: %s" % (mode, what), (err, highest(path)))
     a.close()
+
+
+def case_memo_savepoint(mode):
+    """A fence rolled back with its savepoint no longer lets tokenless writes through."""
+    rolled_back_then_tokenless(
+        "memosp", mode, ["UPDATE t SET n = n + 1, tok = 10 WHERE id = 1",
+                         "UPDATE t SET n = n + 1 WHERE id = 1"],  # fenced: the memo remembers it
+        "after ROLLBACK TO, a tokenless UPDATE is refused and r stays at 9")
 
 
 def case_memo_write_savepoint(mode):
     """A token-setting UPDATE rolled back to a savepoint: the statement after it that sets no
     token is refused, whether the token advanced r or equalled its highest."""
     for tok in (10, 9):
-        path, a = setup("memowsp%d" % tok, mode)
-        a.execute("BEGIN")
-        a.execute("SAVEPOINT s")
-        a.execute("UPDATE t SET n = n + 1, tok = %d WHERE id = 1" % tok)
-        a.execute("ROLLBACK TO s")
-        try:
-            a.execute("UPDATE t SET n = 666 WHERE id = 1")
-            err = None
-        except sqlite3.Error as e:
-            err = str(e)
-        a.execute("COMMIT")
-        ok(err is not None and committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)]
-           and highest(path) == 9,
-           "%s: an UPDATE setting token %d rolled back to its savepoint: the tokenless UPDATE "
-           "after it is refused, r stays at 9" % (mode, tok), (err, highest(path)))
-        a.close()
+        rolled_back_then_tokenless(
+            "memowsp%d" % tok, mode, ["UPDATE t SET n = n + 1, tok = %d WHERE id = 1" % tok],
+            "an UPDATE setting token %d rolled back to its savepoint: the tokenless UPDATE "
+            "after it is refused, r stays at 9" % tok)
 
 
 def case_released_marks(mode):
