@@ -1407,8 +1407,8 @@ memoHit(const FenceConn *conn, const FenceGuardMemo *m, sqlite3_value *idArg)
 		sqlite3_value_int64(idArg) == m->id;
 }
 
-/* Remember a call of guard idArg on resource z that passed (at token). */
-static void
+/* Remember a call of guard idArg on resource z that passed (at token): 1 if remembered. */
+static int
 memoSet(FenceConn *conn, FenceGuardMemo *m, sqlite3_value *idArg, const char *z, int n,
 		sqlite3_int64 token)
 {
@@ -1416,11 +1416,12 @@ memoSet(FenceConn *conn, FenceGuardMemo *m, sqlite3_value *idArg, const char *z,
 
 	/* the accept made the entry; without one (no memory) nothing is remembered */
 	if (slot < 0 || sqlite3_value_type(idArg) != SQLITE_INTEGER)
-		return;
+		return 0;
 	m->id = sqlite3_value_int64(idArg);
 	m->token = token;
 	m->statsSlot = slot;
 	m->epoch = conn->guardEpoch;
+	return 1;
 }
 
 /*
@@ -1463,8 +1464,8 @@ guardWriteChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value
 		if (bAccepted && argc == 2 && conn->bEnlisted && !conn->bBroken)
 		{
 			/* and the transaction now holds the guard's resource: an UPDATE's next call */
-			memoSet(conn, &conn->memoWrite, argv[0], z, n, token);
-			memoSet(conn, &conn->memoFenced, argv[0], z, n, 0);
+			if (memoSet(conn, &conn->memoWrite, argv[0], z, n, token))
+				conn->memoFenced = conn->memoWrite;
 		}
 	}
 }
@@ -1495,7 +1496,7 @@ guardFencedChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_valu
 	{
 		sqlite3_result_int(ctx, 1);
 		if (argc == 1)
-			memoSet(conn, &conn->memoFenced, argv[0], z, n, 0);
+			(void) memoSet(conn, &conn->memoFenced, argv[0], z, n, 0);
 	}
 	else
 		resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);

@@ -409,7 +409,7 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 {
 	sqlite3_stmt *stmt = NULL;
 	char	   *zTag = zResource ? fenceGuardTag(id, zResource) : NULL;
-	char	   *zRaise = zTag ? sqlite3_mprintf("'fence guard %s did not run", zTag) : NULL;
+	char	   *zRaise = zTag ? sqlite3_mprintf(FENCE_GUARD_RAISE_SQL, zTag) : NULL;
 	int			rc;
 
 	if (zResource != NULL && zRaise == NULL)

@@ -771,8 +771,7 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * refuses a guard whose triggers lack it (fence_guard.c).
  */
 #define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
-#define GUARD_WHEN_RAISE ") AND RAISE(ABORT, 'fence guard %s did not run (an " \
-	"authorizer ignored it?): write refused')"
+#define GUARD_WHEN_RAISE ") AND RAISE(ABORT, " FENCE_GUARD_RAISE_SQL ")"
 #define GUARD_WHEN_TAIL GUARD_WHEN_RAISE " BEGIN INSERT INTO fence_join VALUES (NULL); END"
 
 /*

@@ -343,6 +343,14 @@ char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
 /* fence_protect.c */
 char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource);
 
+/*
+ * The RAISE message of every guard trigger, as an SQL literal, given the
+ * guard's tag (fenceGuardTag): written by fence_protect, and looked for by
+ * admission, which finds a one-resource guard's resource in it.
+ */
+#define FENCE_GUARD_RAISE_SQL "'fence guard %s did not run (an authorizer ignored it?): " \
+	"write refused'"
+
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void		fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
