@@ -26,6 +26,8 @@ PYTHON   ?= /usr/bin/python3
 CFLAGS   ?= -O2 -g
 WARN      = -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 STRICT    = $(WARN) -Werror
+# fence.so exports sqlite3_fence_init only (FENCE_EXPORT in sqlite_ext/fence_sqlite.h)
+HIDDEN    = -fvisibility=hidden
 
 CORE_SRC    = core/fence_core.c core/fence_held.c
 CORE_HDR    = core/fence_core.h core/fence_held.h
@@ -49,16 +51,16 @@ all: sqlite
 sqlite: $(SQLITE_EXT)
 
 $(SQLITE_EXT): $(SQLITE_SRC) $(SQLITE_HDR) $(CORE_SRC) $(CORE_HDR)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -fPIC -shared -o $@ $(SQLITE_SRC) $(CORE_SRC) $(LDFLAGS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) $(HIDDEN) -fPIC -shared -o $@ $(SQLITE_SRC) $(CORE_SRC) $(LDFLAGS)
 
 # Strict warnings are for CI and developers, not forced on every user build.
 build/strict/fence.so: $(SQLITE_SRC) $(SQLITE_HDR) $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) -O2 $(STRICT) -fPIC -shared -o $@ $(SQLITE_SRC) $(CORE_SRC)
+	$(CC) -O2 $(STRICT) $(HIDDEN) -fPIC -shared -o $@ $(SQLITE_SRC) $(CORE_SRC)
 
 $(ASAN_EXT): $(SQLITE_SRC) $(SQLITE_HDR) $(CORE_SRC) $(CORE_HDR)
 	@mkdir -p $(dir $@)
-	clang $(ASAN_FLAGS) $(WARN) -fPIC -shared -Wl,-z,nodelete -o $@ $(SQLITE_SRC) $(CORE_SRC)
+	clang $(ASAN_FLAGS) $(WARN) $(HIDDEN) -fPIC -shared -Wl,-z,nodelete -o $@ $(SQLITE_SRC) $(CORE_SRC)
 
 $(RUNNER): tests/sqlite_runner.c
 	@mkdir -p $(dir $@)

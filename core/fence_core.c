@@ -170,7 +170,9 @@ fence_hint_missing(FenceMissing why)
 static char *
 join_line(char *buf, const char *msg, const char *detail, const char *hint)
 {
-	snprintf(buf, FENCE_MSG_MAX, "%s (%s %s)", msg, detail, hint);
+	/* cut at FENCE_MSG_MAX bytes, as each part was (a long resource name) */
+	if (snprintf(buf, FENCE_MSG_MAX, "%s (%s %s)", msg, detail, hint) < 0)
+		buf[0] = '\0';
 	return buf;
 }
 

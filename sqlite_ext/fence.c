@@ -1730,10 +1730,7 @@ fenceAlreadyLoaded(sqlite3 *db, int *pLoaded)
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-#ifdef _WIN32
-__declspec(dllexport)
-#endif
-int
+FENCE_EXPORT int
 sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi)
 {
 	FenceConn  *conn;

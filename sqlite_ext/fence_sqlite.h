@@ -356,8 +356,18 @@ void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void		fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void		fenceSealOldGuards(sqlite3 *db);
 
-/* The entry point (the file name fence.so gives its name). */
-int			sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
+/*
+ * The entry point (the file name fence.so gives its name), the one symbol
+ * fence.so exports: the Makefile builds with -fvisibility=hidden, so that
+ * fence's internal calls go direct rather than through the PLT, and no name
+ * of fence's can clash with another extension's in the same process.
+ */
+#ifdef _WIN32
+#define FENCE_EXPORT __declspec(dllexport)
+#else
+#define FENCE_EXPORT __attribute__((visibility("default")))
+#endif
+FENCE_EXPORT int sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 							   const sqlite3_api_routines *pApi);
 
 /*

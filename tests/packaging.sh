@@ -91,6 +91,12 @@ assert con.execute("SELECT token FROM fence_tokens WHERE resource = 'pkg'").fetc
 EOF
 report $? "packaging: the installed SQLite extension loads from \$PREFIX/lib/sqlite3 and refuses a stale token"
 
+# it exports its entry point and nothing else: no name of fence's can
+# clash with another extension's loaded into the same process
+exports=$(nm -D --defined-only "$stage/opt/fence-test/lib/sqlite3/fence.so" | awk '$2 ~ /^[TDBRVW]$/ { print $3 }' | sort | tr '\n' ' ')
+[ "$exports" = "sqlite3_fence_init " ]
+report $? "packaging: the SQLite extension exports sqlite3_fence_init only (exports: ${exports:-none})"
+
 # PG_CONFIG is what PGXS uses: a wrong one must fail, not install elsewhere
 if make -s install-pg DESTDIR="$work/bad" PG_CONFIG=/nonexistent/pg_config >/dev/null 2>&1; then
 	report 1 "packaging: make install with a PG_CONFIG that does not exist fails"
