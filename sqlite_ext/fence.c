@@ -107,7 +107,7 @@ static const char deleteTokenSql[] =
  * Refuse, saying what could not be trusted; resultDbError reports it as
  * SQLITE_ERROR with this message.
  */
-static int
+FENCE_COLD static int
 untrusted(FenceConn *conn, const char *zWhat, const char *z, int n)
 {
 	conn->savedRc = FENCE_RC_UNTRUSTED;
@@ -147,7 +147,7 @@ fenceFinalizeStatements(FenceConn *conn)
  * finalize, another query) replace the connection's message, and the user
  * must read the real one ("database is locked"), not "not an error".
  */
-static void
+FENCE_COLD static void
 saveError(FenceConn *conn, int rc)
 {
 	conn->savedRc = rc;
@@ -709,7 +709,7 @@ undoOne(FenceConn *conn, const FenceUndo *u)
  * the same run of the writing statement whose accepts we noted, and that
  * statement has written nothing of its own since, undo those accepts.
  */
-static void
+FENCE_COLD static void
 undoOnError(FenceConn *conn)
 {
 	sqlite3_stmt *outer;
@@ -741,7 +741,7 @@ undoOnError(FenceConn *conn)
  * The held-fence log could not record a change (out of memory): from now on
  * the transaction fails closed (FENCE_BROKEN_MSG) until it ends.
  */
-static int
+FENCE_COLD static int
 heldOutOfMemory(FenceConn *conn)
 {
 	conn->bBroken = 1;
@@ -1028,7 +1028,7 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
  * Arguments and errors
  * ------------------------------------------------------------------ */
 
-static void
+FENCE_COLD static void
 resultInvalid(sqlite3_context *ctx, const char *what, FenceProblem problem,
 			  size_t len, sqlite3_int64 token)
 {
@@ -1040,7 +1040,7 @@ resultInvalid(sqlite3_context *ctx, const char *what, FenceProblem problem,
 	sqlite3_result_error_code(ctx, FENCE_RC_INVALID);
 }
 
-static void
+FENCE_COLD static void
 resultStale(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token,
 			sqlite3_int64 highest)
 {
@@ -1052,7 +1052,7 @@ resultStale(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token,
 	sqlite3_result_error_code(ctx, FENCE_RC_STALE);
 }
 
-static void
+FENCE_COLD static void
 resultMissing(sqlite3_context *ctx, FenceMissing why, const char *z, int n)
 {
 	char		buf[FENCE_MSG_MAX];
@@ -1067,7 +1067,7 @@ resultMissing(sqlite3_context *ctx, FenceMissing why, const char *z, int n)
  * An error of SQLite itself (SQLITE_BUSY, SQLITE_READONLY...) passes through
  * with SQLite's message, or ours for what fence itself refuses.
  */
-static void
+FENCE_COLD static void
 resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 {
 	char		saved[sizeof(conn->zSavedErr)];

@@ -71,7 +71,7 @@ static const char foreignCallersGuardsSql[] =
 "AND CAST(substr(name, 7, instr(substr(name, 7), ':') - 1) AS INTEGER) "
 "IN (SELECT id FROM \"%w\".fence_guards)";
 
-static void
+FENCE_COLD static void
 refuse(sqlite3_context *ctx, int rc, char *zMsg)
 {
 	if (zMsg == NULL)
@@ -606,7 +606,7 @@ attachedHoldsId(FenceConn *conn, const char *zSchema, sqlite3_int64 id, int *pHo
  * recorded for id is taken. Returns the entry made, or NULL with an error
  * set.
  */
-static const FenceGuardSeen *
+FENCE_COLD static const FenceGuardSeen *
 admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		 const char *zRes, int nRes, int bKeyed)
 {

@@ -87,12 +87,8 @@ typedef struct FenceConn
 	int			bVtabConnected; /* the eponymous fence_held is connected */
 	int			bBroken;		/* out of memory: what is held is unknown */
 	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
-	FenceHint	aHint[FENCE_HINTS];
 	unsigned	nBegin;			/* transactions fence_txn has joined */
 	FenceHeld	held;			/* what the open transaction holds */
-	FenceHeldEntry aHeldFirst[FENCE_HELD_FIRST];	/* its first entries, */
-	int			aHeldBuckets[FENCE_HELD_FIRST]; /* buckets */
-	char		zHeldNames[FENCE_HELD_FIRST * 32];	/* and resources' copies */
 	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
 	int			nMark;
 	int			nMarkAlloc;
@@ -106,8 +102,6 @@ typedef struct FenceConn
 	int			nUndoAlloc;
 	int			bUndoing;		/* undoOnError is running */
 	int			bInGuard;		/* the accept under way is a guard's (no undo log) */
-	int			savedRc;		/* the error zSavedErr describes */
-	char		zSavedErr[1536];
 	/* cached statements, finalized when fence_held disconnects (at close) */
 	sqlite3_stmt *pSelectToken;
 	sqlite3_stmt *pAdvanceToken;
@@ -164,6 +158,17 @@ typedef struct FenceConn
 									 * when fence_leases' shape was last checked */
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
+
+	/*
+	 * The arrays last, so that the fields every transaction reads above
+	 * share a few cache lines.
+	 */
+	FenceHeldEntry aHeldFirst[FENCE_HELD_FIRST];	/* held's first entries, */
+	int			aHeldBuckets[FENCE_HELD_FIRST]; /* buckets */
+	char		zHeldNames[FENCE_HELD_FIRST * 32];	/* and resources' copies */
+	FenceHint	aHint[FENCE_HINTS];
+	int			savedRc;		/* the error zSavedErr describes */
+	char		zSavedErr[1536];
 } FenceConn;
 
 /*
@@ -244,11 +249,20 @@ void		fenceLeaseFinalize(FenceConn *conn);
 	"uniques TEXT NOT NULL)"
 int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 
-/* a function kept out of its caller, so that the caller's fast path stays small */
+/*
+ * A function kept out of its caller, so that the caller's fast path stays
+ * small; FENCE_COLD also says it runs rarely (errors, refusals, a first
+ * look at a schema), which moves it and the branches that call it away
+ * from the code every transaction runs. At one row per transaction what
+ * costs time is less the instructions than how many cache lines of code
+ * they are spread over (BENCHMARKS.md).
+ */
 #if defined(__GNUC__)
 #define FENCE_NOINLINE __attribute__((noinline))
+#define FENCE_COLD __attribute__((cold, noinline))
 #else
 #define FENCE_NOINLINE
+#define FENCE_COLD
 #endif
 
 /*
