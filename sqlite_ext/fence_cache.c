@@ -47,8 +47,9 @@
  *                     schema, which expires every statement).
  *   nothing else      no other database is attached (fence then takes
  *                     main's write lock for every accept, fence.c) and
- *                     triggers are enabled (SQLITE_DBCONFIG_ENABLE_TRIGGER:
- *                     without them the watch sees nothing).
+ *                     the watch runs (before SQLite 3.35.0,
+ *                     SQLITE_DBCONFIG_ENABLE_TRIGGER turns TEMP triggers
+ *                     off too; see watchRuns).
  *
  * A transaction that began without verdicts still records the entries it
  * reads: they describe its snapshot plus its own changes, which is what
@@ -150,18 +151,16 @@ fenceCacheWatchCreate(FenceConn *conn)
 
 /*
  * Are the watch triggers there, exactly as fence makes them, and nothing
- * else of TEMP names fence_tokens_changed? Asked again after each schema
- * change; 1 or 0.
+ * else of TEMP names fence_tokens_changed? Looked at again after each
+ * schema change (watchPresent); 1 or 0.
  */
-static int
-watchPresent(FenceConn *conn)
+FENCE_COLD static int
+watchLook(FenceConn *conn)
 {
 	sqlite3_stmt *stmt = NULL;
 	int			nFound = 0;
 	int			bOk = 1;
 
-	if (conn->watchState != 0)
-		return conn->watchState == 1;
 	if (sqlite3_prepare_v2(conn->db,
 						   "SELECT name, sql FROM temp.sqlite_master WHERE name GLOB 'fence:watch:*' "
 						   "OR sql LIKE '%fence\\_tokens\\_changed%' ESCAPE '\\'",
@@ -213,12 +212,32 @@ dataVersion(FenceConn *conn, unsigned *pVersion)
 		SQLITE_OK;
 }
 
+/*
+ * Do the watch triggers run? They are TEMP triggers, which SQLite runs
+ * whatever SQLITE_DBCONFIG_ENABLE_TRIGGER says since 3.35.0 (the setting
+ * turns off the triggers of main and of attached databases only); before
+ * 3.35.0 it turns them off too. The answer is remembered like the watch
+ * triggers' presence: SQLite expires every statement when the setting
+ * changes, so the schema check before the next transaction's first accept
+ * (fenceSchemaCheck) sees fence's own statement prepared again and forgets
+ * it with everything else (fenceCacheSchemaChanged).
+ */
 static int
-triggersEnabled(sqlite3 *db)
+watchRuns(FenceConn *conn)
 {
 	int			bOn = 0;
 
-	return sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_TRIGGER, -1, &bOn) == SQLITE_OK && bOn;
+	if (conn->triggersState == 0)
+		conn->triggersState = sqlite3_libversion_number() >= 3035000 ||
+			(sqlite3_db_config(conn->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, -1, &bOn) == SQLITE_OK &&
+			 bOn) ? 1 : 2;
+	return conn->triggersState == 1;
+}
+
+static inline int
+watchPresent(FenceConn *conn)
+{
+	return conn->watchState == 1 || (conn->watchState == 0 && watchLook(conn));
 }
 
 /* Is what this transaction reads and writes of fence_tokens watched? */
@@ -226,7 +245,7 @@ static int
 watchable(FenceConn *conn)
 {
 	return conn->sharedCache == FENCE_SHARED_NO && sqlite3_db_name(conn->db, 2) == NULL &&
-		triggersEnabled(conn->db) && watchPresent(conn);
+		watchRuns(conn) && watchPresent(conn);
 }
 
 /*
@@ -271,6 +290,7 @@ fenceCacheSchemaChanged(FenceConn *conn)
 {
 	fenceCacheForget(conn);
 	conn->watchState = 0;
+	conn->triggersState = 0;
 }
 
 /* The generation an entry read now carries. */
@@ -294,7 +314,7 @@ fenceCacheTxnEnd(FenceConn *conn, int bCommitted)
 	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
 	{
 		if (bCommitted && conn->cacheTxn == FENCE_CACHE_TXN_WATCHED && !conn->bBroken &&
-			triggersEnabled(conn->db) && dataVersion(conn, &version))
+			dataVersion(conn, &version))
 		{
 			conn->cacheVersion = version;
 			conn->bCacheRecorded = 1;

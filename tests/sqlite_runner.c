@@ -20,6 +20,8 @@
  *   \hooks                  install counting commit and rollback hooks, as an
  *                           application would, on the current connection
  *   \hookcount              print how often they fired
+ *   \triggers on|off        sqlite3_db_config(SQLITE_DBCONFIG_ENABLE_TRIGGER)
+ *                           on the current connection, as an application may
  * Comment lines ("--") are echoed; everything else is SQL.
  */
 #include <sqlite3.h>
@@ -228,6 +230,15 @@ runCommand(char *line)
 	{
 		sqlite3_commit_hook(current->db, countCommit, NULL);
 		sqlite3_rollback_hook(current->db, countRollback, NULL);
+	}
+	else if (strcmp(cmd, "triggers") == 0 && current &&
+			 (strcmp(name, "on") == 0 || strcmp(name, "off") == 0))
+	{
+		int			bOn = -1;
+
+		sqlite3_db_config(current->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, strcmp(name, "on") == 0,
+						  &bOn);
+		printf("triggers %s\n", bOn ? "on" : "off");
 	}
 	else if (strcmp(cmd, "hookcount") == 0)
 		printf("commit hook: %d, rollback hook: %d\n", commitCount, rollbackCount);
