@@ -147,7 +147,8 @@ if part sqlite; then
 	sed 's/^sqliteversion\t/info\tsqlite\t/' "$WORK/sqlite.out" >>"$RAW"
 	rm -rf "$WORK/sqlite"
 	# instructions per row (deterministic), and where the fence's go: the
-	# profile that explains a missed SQLite target (issue 14's are in both)
+	# profile that explains a missed SQLite target, and the L1 cache misses
+	# that explain a timed miss where the instructions are fewer
 	if command -v valgrind >/dev/null 2>&1 && command -v callgrind_annotate >/dev/null 2>&1; then
 		say "SQLite: instructions per row under callgrind (bench/sqlite_profile.sh)"
 		PROFILE_SCALE=$([ $QUICK -eq 1 ] && echo 0.02 || echo 0.2) \

@@ -5,8 +5,12 @@
 # counts are not, and they show where a trigger-based guard's cost lies
 # (BENCHMARKS.md, "SQLite: where the time goes"). For the fenced variant it
 # also gives the instructions per row spent inside fence's own functions
-# (inclusive), which is the profile that explains a missed target. About two
-# minutes at the default scale.
+# (inclusive), which is the profile that explains a missed target. And for
+# every variant, callgrind's simulation of the L1 caches (32 KiB each,
+# instruction and data, 64-byte lines): misses per row. Where a cell runs
+# fewer instructions than its baseline and still takes more time, they say
+# why (a transaction that touches more distinct code waits for it). About
+# four minutes at the default scale.
 #
 # Each count starts from a new directory: a database left there by an
 # earlier count (the INSERT cells' rows, its WAL) changed a later cell's
@@ -16,6 +20,7 @@
 #   --raw    tab-separated lines for bench/report.py instead of the table:
 #              sqliteir OP ROWS_PER_TXN VARIANT INSTRUCTIONS_PER_ROW
 #              sqliteirfn OP ROWS_PER_TXN FUNCTION INSTRUCTIONS_PER_ROW
+#              sqlitel1 OP ROWS_PER_TXN VARIANT I1_MISSES_PER_ROW D1_MISSES_PER_ROW
 #   PROFILE_SCALE (default 0.2), PROFILE_CELLS, PROFILE_VARIANTS narrow it.
 set -eu
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,12 +31,13 @@ scale=${PROFILE_SCALE:-0.2}
 cells=${PROFILE_CELLS:-"update/1 update/1000 insert/1 insert/1000"}
 variants=${PROFILE_VARIANTS:-"plain floor fenced sqltrig"}
 # fence's functions worth naming in a profile (inclusive counts nest)
-functions="fenceGuardWriteFunc fenceGuardFencedFunc fenceGuardReadyFunc fenceCheckFunc readHighestAt fenceHeldEnlist fenceGuardAdmit stepInt64"
+functions="fenceGuardWriteFunc fenceGuardFencedFunc fenceGuardReadyFunc fenceCheckFunc readHighestAt fenceHeldEnlist fenceGuardAdmit fenceSchemaCheck stepInt64 heldBegin heldCommit"
 make -s sqlite_ext/fence.so
 work=$(mktemp -d /tmp/fence-profile.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ${CC:-cc} -O2 -g -o "$work/sqlite_bench" bench/sqlite_bench.c -lsqlite3
-[ $raw = 1 ] || printf '%-8s %-7s %-9s %s\n' variant op rows/txn instructions/row
+[ $raw = 1 ] || printf '%-8s %-7s %-9s %-16s %s\n' variant op rows/txn instructions/row \
+	'L1 misses/row (instruction data)'
 for cell in $cells; do
 	op=${cell%/*}
 	per=${cell#*/}
@@ -39,20 +45,27 @@ for cell in $cells; do
 		rm -rf "$work/db"
 		mkdir "$work/db"
 		# only runCell is counted: setting up and warming the database is not
-		valgrind --tool=callgrind --toggle-collect=runCell --callgrind-out-file="$work/cg.out" \
+		valgrind --tool=callgrind --cache-sim=yes --toggle-collect=runCell \
+			--callgrind-out-file="$work/cg.out" \
 			"$work/sqlite_bench" "$root/sqlite_ext/fence.so" "$work/db" 1 "$scale" 0 "$v/$cell/" \
 			>"$work/out.tsv" 2>/dev/null
 		rows=$(awk -F'\t' '$1 == "sqlite" {print $6}' "$work/out.tsv" | head -1)
 		# rows written by the cell, as sqlite_bench.c computes them
 		n=$(awk -v s="$scale" -v p="$per" 'BEGIN { r = int((p == 1 ? 20000 : 100000) * s);
 			r -= r % p; if (r < p) r = p; print r }')
-		callgrind_annotate --inclusive=yes --threshold=100 "$work/cg.out" >"$work/annotate.txt" 2>/dev/null
+		callgrind_annotate --show=Ir --inclusive=yes --threshold=100 "$work/cg.out" \
+			>"$work/annotate.txt" 2>/dev/null
 		ir=$(sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' "$work/annotate.txt" | head -1 | tr -d ,)
-		[ -n "$rows" ] && [ -n "$ir" ] || { echo "no count for $v $cell" >&2; exit 1; }
+		# the totals line of the cache events: I1mr D1mr D1mw, each "N (P%)"
+		read -r i1 d1r d1w < <(callgrind_annotate --show=I1mr,D1mr,D1mw "$work/cg.out" 2>/dev/null |
+			grep 'PROGRAM TOTALS' | head -1 | sed 's/([^)]*)//g' | tr -d , | awk '{ print $1, $2, $3 }')
+		[ -n "$rows" ] && [ -n "$ir" ] && [ -n "${d1w:-}" ] || { echo "no count for $v $cell" >&2; exit 1; }
 		if [ $raw = 1 ]; then
 			printf 'sqliteir\t%s\t%s\t%s\t%d\n' "$op" "$per" "$v" $((ir / n))
+			printf 'sqlitel1\t%s\t%s\t%s\t%d\t%d\n' "$op" "$per" "$v" $((i1 / n)) $(((d1r + d1w) / n))
 		else
-			printf '%-8s %-7s %-9s %d\n' "$v" "$op" "$per" $((ir / n))
+			printf '%-8s %-7s %-9s %-16d %d %d\n' "$v" "$op" "$per" $((ir / n)) $((i1 / n)) \
+				$(((d1r + d1w) / n))
 		fi
 		[ "$v" = fenced ] || continue
 		for f in $functions; do
