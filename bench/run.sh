@@ -32,8 +32,8 @@
 # subset of "sqlite pg bulk mem lease"; a full run of fewer parts writes
 # bench/results/report.md only and leaves BENCHMARKS.md alone).
 #
-# The before/after comparison of two builds of the PostgreSQL fence is a
-# script of its own: bench/pg_before_after.sh.
+# The before/after comparisons of two builds of the fence are scripts of
+# their own: bench/pg_before_after.sh and bench/sqlite_before_after.sh.
 set -u
 
 QUICK=0
