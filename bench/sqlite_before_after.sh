@@ -14,8 +14,9 @@
 # and the fenced variant only. Two measurements:
 #
 # 1. Instructions and simulated L1 misses (instruction, data) per row,
-#    counted by callgrind in a new directory per count: deterministic,
-#    which is why the verdict is taken from them.
+#    counted by bench/sqlite_profile.sh (callgrind, scale 0.2, a new
+#    directory per count): deterministic, which is why the verdict is taken
+#    from them.
 # 2. Rows per second: for every round and cell the two builds run back to
 #    back in new directories, in an order that alternates between rounds,
 #    so that drift falls on both alike. Printed: the median of the
@@ -48,23 +49,12 @@ build old "$work/old-tree"
 build new "$root"
 ${CC:-cc} -O2 -g -o "$work/sqlite_bench" bench/sqlite_bench.c -lsqlite3
 
-# rows a cell writes at a scale, as sqlite_bench.c computes them
-rows_of() {
-	awk -v s="$2" -v p="$1" 'BEGIN { r = int((p == 1 ? 20000 : 100000) * s);
-		r -= r % p; if (r < p) r = p; print r }'
-}
-
-# count BUILD CELL: "instructions i1 d1" per row at scale 0.2
+# count BUILD CELL: "instructions i1 d1" per row, by bench/sqlite_profile.sh
 count() {
-	local per=${2#*/} n
-	rm -rf "$work/db" && mkdir "$work/db"
-	valgrind --tool=callgrind --cache-sim=yes --toggle-collect=runCell \
-		--callgrind-out-file="$work/cg.out" "$work/sqlite_bench" "$work/$1/fence.so" \
-		"$work/db" 1 0.2 0 "fenced/$2/" >/dev/null 2>&1
-	n=$(rows_of "$per" 0.2)
-	callgrind_annotate --show=Ir,I1mr,D1mr,D1mw "$work/cg.out" 2>/dev/null |
-		grep 'PROGRAM TOTALS' | head -1 | sed 's/([^)]*)//g' | tr -d , |
-		awk -v n="$n" '{ printf "%d %d %d\n", $1 / n, $2 / n, ($3 + $4) / n }'
+	PROFILE_EXT="$work/$1/fence.so" PROFILE_VARIANTS=fenced PROFILE_CELLS="$2" \
+		bash "$root/bench/sqlite_profile.sh" --raw |
+		awk -F'\t' '$1 == "sqliteir" { ir = $5 } $1 == "sqlitel1" { i1 = $5; d1 = $6 }
+			END { print ir, i1, d1 }'
 }
 
 # rate BUILD CELL: rows per second of one timed run

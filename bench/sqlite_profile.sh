@@ -21,7 +21,9 @@
 #              sqliteir OP ROWS_PER_TXN VARIANT INSTRUCTIONS_PER_ROW
 #              sqliteirfn OP ROWS_PER_TXN FUNCTION INSTRUCTIONS_PER_ROW
 #              sqlitel1 OP ROWS_PER_TXN VARIANT I1_MISSES_PER_ROW D1_MISSES_PER_ROW
-#   PROFILE_SCALE (default 0.2), PROFILE_CELLS, PROFILE_VARIANTS narrow it.
+#   PROFILE_SCALE (default 0.2), PROFILE_CELLS, PROFILE_VARIANTS narrow it;
+#   PROFILE_EXT counts another build's fence.so instead of this tree's
+#   (bench/sqlite_before_after.sh).
 set -eu
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -32,7 +34,11 @@ cells=${PROFILE_CELLS:-"update/1 update/1000 insert/1 insert/1000"}
 variants=${PROFILE_VARIANTS:-"plain floor fenced sqltrig"}
 # fence's functions worth naming in a profile (inclusive counts nest)
 functions="fenceGuardWriteFunc fenceGuardFencedFunc fenceGuardReadyFunc fenceCheckFunc readHighestAt fenceHeldEnlist fenceGuardAdmit fenceSchemaCheck stepInt64 heldBegin heldCommit"
-make -s sqlite_ext/fence.so
+ext=${PROFILE_EXT:-}
+if [ -z "$ext" ]; then
+	make -s sqlite_ext/fence.so
+	ext=$root/sqlite_ext/fence.so
+fi
 work=$(mktemp -d /tmp/fence-profile.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ${CC:-cc} -O2 -g -o "$work/sqlite_bench" bench/sqlite_bench.c -lsqlite3
@@ -47,7 +53,7 @@ for cell in $cells; do
 		# only runCell is counted: setting up and warming the database is not
 		valgrind --tool=callgrind --cache-sim=yes --toggle-collect=runCell \
 			--callgrind-out-file="$work/cg.out" \
-			"$work/sqlite_bench" "$root/sqlite_ext/fence.so" "$work/db" 1 "$scale" 0 "$v/$cell/" \
+			"$work/sqlite_bench" "$ext" "$work/db" 1 "$scale" 0 "$v/$cell/" \
 			>"$work/out.tsv" 2>/dev/null
 		rows=$(awk -F'\t' '$1 == "sqlite" {print $6}' "$work/out.tsv" | head -1)
 		# rows written by the cell, as sqlite_bench.c computes them
