@@ -227,11 +227,11 @@ watchRuns(FenceConn *conn)
 {
 	int			bOn = 0;
 
-	if (conn->triggersState == 0)
-		conn->triggersState = sqlite3_libversion_number() >= 3035000 ||
+	if (conn->watchRunsState == 0)
+		conn->watchRunsState = sqlite3_libversion_number() >= 3035000 ||
 			(sqlite3_db_config(conn->db, SQLITE_DBCONFIG_ENABLE_TRIGGER, -1, &bOn) == SQLITE_OK &&
 			 bOn) ? 1 : 2;
-	return conn->triggersState == 1;
+	return conn->watchRunsState == 1;
 }
 
 static inline int
@@ -290,7 +290,7 @@ fenceCacheSchemaChanged(FenceConn *conn)
 {
 	fenceCacheForget(conn);
 	conn->watchState = 0;
-	conn->triggersState = 0;
+	conn->watchRunsState = 0;
 }
 
 /* The generation an entry read now carries. */

@@ -123,7 +123,7 @@ typedef struct FenceConn
 	unsigned	cacheVersion;	/* main's data version after the last watched commit */
 	int			bCacheTxnWrote; /* fence_tokens changed in this transaction */
 	int			watchState;		/* watch triggers: 0 unknown, 1 there, 2 not */
-	int			triggersState;	/* the watch runs (watchRuns): 0 unknown, 1 yes, 2 no */
+	int			watchRunsState;	/* the watch runs (watchRuns): 0 unknown, 1 yes, 2 no */
 	const char *zWriting;		/* fence's own write of fence_tokens under way: */
 	int			nWriting;		/* the resource, */
 	sqlite3_int64 writingToken; /* the token written, */
