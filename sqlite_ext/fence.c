@@ -134,6 +134,8 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->pProbeMain);
 	sqlite3_finalize(conn->pSchemaProbe);
 	conn->pSchemaProbe = NULL;
+	sqlite3_finalize(conn->pWatchMark);
+	conn->pWatchMark = NULL;
 	conn->pProbeSeen = NULL;
 	sqlite3_finalize(conn->pProbeTemp);
 	sqlite3_finalize(conn->pJournalMode);
@@ -843,7 +845,11 @@ cachedAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 	if (conn->cacheTxn == FENCE_CACHE_TXN_WATCHED && h->gen == conn->cacheGen &&
 		h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
 		memcmp(h->z, z, (size_t) n) == 0)
-		return h;
+	{
+		if (fenceWatchIntact(conn))
+			return h;
+		fenceCacheWatchLost(conn);
+	}
 	return NULL;
 }
 

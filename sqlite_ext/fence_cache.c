@@ -196,8 +196,30 @@ watchLook(FenceConn *conn)
 			bOk = sqlite3_value_pointer(sqlite3_column_value(stmt, 0), WATCH_POINTER) == conn;
 		sqlite3_finalize(stmt);
 	}
+	/* the mark that a later change of TEMP's schema expires (fenceWatchIntact) */
+	sqlite3_finalize(conn->pWatchMark);
+	conn->pWatchMark = NULL;
+	if (bOk && nFound == 3 &&
+		(fenceHeldConnect(conn) != SQLITE_OK ||
+		 sqlite3_prepare_v3(conn->db, "SELECT 0", -1, SQLITE_PREPARE_PERSISTENT,
+							&conn->pWatchMark, NULL) != SQLITE_OK))
+		bOk = 0;
 	conn->watchState = bOk && nFound == 3 ? 1 : 2;
 	return conn->watchState == 1;
+}
+
+/*
+ * Is the watch, seen there when pWatchMark was prepared, still there? Only
+ * a change of TEMP's schema can drop one of its triggers (or make one of
+ * the same name again, which need not watch), and SQLite then expires every
+ * statement of the connection, pWatchMark included. So do other changes (a
+ * function defined again, ATTACH, an authorizer set): the watch is then
+ * looked at again, which costs only time.
+ */
+int
+fenceWatchIntact(const FenceConn *conn)
+{
+	return conn->pWatchMark != NULL && !sqlite3_expired(conn->pWatchMark);
 }
 
 /*
@@ -244,6 +266,12 @@ watchPresent(FenceConn *conn)
 static int
 watchable(FenceConn *conn)
 {
+	if (conn->watchState == 1 && !fenceWatchIntact(conn))
+	{
+		/* TEMP's schema, or the trigger setting, may have changed: look again */
+		conn->watchState = 0;
+		conn->watchRunsState = 0;
+	}
 	return conn->sharedCache == FENCE_SHARED_NO && sqlite3_db_name(conn->db, 2) == NULL &&
 		watchRuns(conn) && watchPresent(conn);
 }
@@ -268,6 +296,21 @@ fenceCacheTxnBegin(FenceConn *conn)
 		fenceCacheForget(conn);
 	conn->bCacheRecorded = 0;	/* until this transaction commits, watched */
 	conn->cacheTxn = bWatched ? FENCE_CACHE_TXN_WATCHED : FENCE_CACHE_TXN_UNWATCHED;
+}
+
+/*
+ * The watch may have gone in the middle of a watched transaction
+ * (fenceWatchIntact): what it did not see may have changed fence_tokens.
+ * Nothing remembered is a verdict for the rest of it, and its commit
+ * records nothing.
+ */
+FENCE_COLD void
+fenceCacheWatchLost(FenceConn *conn)
+{
+	fenceCacheForget(conn);
+	conn->cacheTxn = FENCE_CACHE_TXN_UNWATCHED;
+	conn->watchState = 0;
+	conn->watchRunsState = 0;
 }
 
 /* Nothing remembered is a verdict any more. */
@@ -314,7 +357,7 @@ fenceCacheTxnEnd(FenceConn *conn, int bCommitted)
 	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
 	{
 		if (bCommitted && conn->cacheTxn == FENCE_CACHE_TXN_WATCHED && !conn->bBroken &&
-			dataVersion(conn, &version))
+			fenceWatchIntact(conn) && dataVersion(conn, &version))
 		{
 			conn->cacheVersion = version;
 			conn->bCacheRecorded = 1;

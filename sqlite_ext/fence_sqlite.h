@@ -124,6 +124,7 @@ typedef struct FenceConn
 	int			bCacheTxnWrote; /* fence_tokens changed in this transaction */
 	int			watchState;		/* watch triggers: 0 unknown, 1 there, 2 not */
 	int			watchRunsState;	/* the watch runs (watchRuns): 0 unknown, 1 yes, 2 no */
+	sqlite3_stmt *pWatchMark;	/* prepared when the watch was last seen (fenceWatchIntact) */
 	const char *zWriting;		/* fence's own write of fence_tokens under way: */
 	int			nWriting;		/* the resource, */
 	sqlite3_int64 writingToken; /* the token written, */
@@ -197,6 +198,8 @@ fenceGuardMemoForget(FenceConn *conn)
 void		fenceCacheWatchCreate(FenceConn *conn);
 void		fenceCacheTxnBegin(FenceConn *conn);
 void		fenceCacheForget(FenceConn *conn);
+void		fenceCacheWatchLost(FenceConn *conn);
+int			fenceWatchIntact(const FenceConn *conn);
 void		fenceCacheSchemaChanged(FenceConn *conn);
 unsigned	fenceCacheStamp(const FenceConn *conn);
 void		fenceCacheTxnEnd(FenceConn *conn, int bCommitted);
