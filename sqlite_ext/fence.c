@@ -932,8 +932,12 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		rc = FENCE_RC_BROKEN;
 	if (rc == SQLITE_OK && conn->bEnlisted && conn->cacheTxn == FENCE_CACHE_TXN_UNKNOWN)
 	{
-		/* the first accept of the transaction: may it take the cache's word? */
-		if (fenceSchemaCheck(conn) == SQLITE_OK)
+		/*
+		 * The first accept of the transaction: may it take the cache's
+		 * word? A guard's call admitted by the count (fence_guard.c) has
+		 * the schema's word already.
+		 */
+		if ((conn->bInGuard && conn->bByCount) || fenceSchemaCheck(conn) == SQLITE_OK)
 			fenceCacheTxnBegin(conn);
 		else
 		{
@@ -981,6 +985,16 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	}
 	if (verdict != FENCE_ACCEPT_EQUAL)
 	{
+		/*
+		 * Only fence's own guards may write fence_tokens through a guard
+		 * function, and the call may be another caller's (a view, a
+		 * trigger) made after the schema was last read: admitted by the
+		 * count (fence_guard.c), or made in this transaction after its
+		 * first check. Its caller reads the schema now and admits it
+		 * again before the write.
+		 */
+		if (conn->bInGuard && !conn->bSchemaFresh)
+			return FENCE_RC_READ_SCHEMA;
 		if (outer && undoNote(conn, z, n, has, highest, zAt) != SQLITE_OK)
 			return SQLITE_NOMEM;
 		int			bWrote;
@@ -1224,7 +1238,10 @@ argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
 
 /*
  * Present a validated token and give the function's result: the token, or
- * with bTry 1/0; a stale token raises unless bTry.
+ * with bTry 1/0; a stale token raises unless bTry. Returns 1 when accepted,
+ * 0 when not (the result says why), and -1, with no result and nothing
+ * changed, when a guard's call admitted by the count would write
+ * fence_tokens (acceptToken).
  */
 static int
 resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, int bTry)
@@ -1243,6 +1260,8 @@ resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, in
 		return 0;
 	}
 	rc = acceptToken(conn, z, n, token, &stale, &highest);
+	if (rc == FENCE_RC_READ_SCHEMA)
+		return -1;				/* nothing changed: guardWriteChecked admits again */
 	if (rc == SQLITE_OK)
 		fenceStatsCount(conn, slot, stale, token);
 	if (rc != SQLITE_OK)
@@ -1446,6 +1465,7 @@ guardWriteChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value
 	int			rc;
 
 	/* admission is cached per transaction, which enlisting opens */
+	conn->bSchemaFresh = 0;
 	rc = fenceHeldEnlist(conn, 0);
 	if (rc != SQLITE_OK)
 	{
@@ -1466,6 +1486,14 @@ guardWriteChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value
 
 		conn->bInGuard = 1;
 		bAccepted = resultAccept(ctx, z, n, token, 0);
+		if (bAccepted < 0)
+		{
+			/* it would write fence_tokens: read the schema, admit again, accept */
+			conn->bSchemaFresh = 1;
+			bAccepted = guardResource(ctx, conn, argv, argc == 4, buf, &z, &n) &&
+				resultAccept(ctx, z, n, token, 0) > 0;
+			conn->bSchemaFresh = 0;
+		}
 		conn->bInGuard = bWasInGuard;
 		if (bAccepted && argc == 2 && conn->bEnlisted && !conn->bBroken)
 		{

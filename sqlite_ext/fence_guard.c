@@ -286,11 +286,13 @@ fenceSchemaCheck(FenceConn *conn)
 	sqlite3_int64 cookieTemp = 0;
 	int			rc;
 
-	if (conn->bGuardTxnChecked)
+	if (conn->bGuardTxnChecked && !conn->bSchemaFresh)
 		return SQLITE_OK;
-	if (conn->bEnlisted && conn->bEnlistSchemaSame && attachedCount(conn->db) == 0)
+	if (conn->bEnlisted && conn->bEnlistSchemaSame && !conn->bSchemaFresh &&
+		attachedCount(conn->db) == 0)
 	{
 		conn->bGuardTxnChecked = 1;
+		conn->nJoinPlannedChecked = conn->nJoinPlanned;
 		return SQLITE_OK;
 	}
 	/*
@@ -318,6 +320,7 @@ fenceSchemaCheck(FenceConn *conn)
 			if (bSame)
 			{
 				conn->bGuardTxnChecked = 1;
+				conn->nJoinPlannedChecked = conn->nJoinPlanned;
 				return SQLITE_OK;
 			}
 		}
@@ -351,6 +354,7 @@ fenceSchemaCheck(FenceConn *conn)
 	}
 	/* kept until the transaction ends, which only an enlisted one reports */
 	conn->bGuardTxnChecked = conn->bEnlisted;
+	conn->nJoinPlannedChecked = conn->nJoinPlanned;
 	return SQLITE_OK;
 }
 
@@ -396,16 +400,20 @@ schemaReadable(sqlite3_context *ctx, FenceConn *conn, const char *zSchema)
 
 /*
  * The guard's triggers must be of the shape this fence writes
- * (FENCE_GUARD_SHAPE): an older one checks in its body, which an authorizer
- * can skip, or passes other arguments. A one-resource guard's triggers must
+ * (FENCE_GUARD_SHAPE) or the one before (FENCE_GUARD_SHAPE_3, the same
+ * check, whose statements fenceGuardAdmit cannot count): an older one
+ * checks in its body, which an authorizer can skip, or passes other
+ * arguments. A one-resource guard's triggers must
  * name, in their RAISE, the resource main.fence_guards records for it
  * (zResource; NULL for a per-row guard, whose calls pass the prefix): its
  * calls do not, and a record edited to another resource would otherwise
- * re-point the guard. Returns 1, or 0 with an error set.
+ * re-point the guard. *pbCounted: every trigger of the guard is of this
+ * shape (a read that comes back blinded says no). Returns 1, or 0 with an
+ * error set.
  */
 static int
 checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
-				const char *zResource)
+				const char *zResource, int *pbCounted)
 {
 	sqlite3_stmt *stmt = NULL;
 	char	   *zTag = zResource ? fenceGuardTag(id, zResource) : NULL;
@@ -421,13 +429,15 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 	rc = sqlite3_prepare_v2(conn->db,
 							"SELECT name FROM main.sqlite_schema WHERE type = 'trigger' "
 							"AND name GLOB 'fence:' || ?1 || ':*' "
-							"AND (instr(sql, ?2) > 0 AND (?3 IS NULL OR instr(sql, ?3) > 0)) "
+							"AND ((instr(sql, ?2) > 0 OR instr(sql, ?4) > 0) "
+							"AND (?3 IS NULL OR instr(sql, ?3) > 0)) "
 							"IS NOT 1 LIMIT 1", -1, &stmt, NULL);
 	if (rc == SQLITE_OK)
 	{
 		sqlite3_bind_int64(stmt, 1, id);
 		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
 		sqlite3_bind_text(stmt, 3, zRaise, -1, SQLITE_STATIC);
+		sqlite3_bind_text(stmt, 4, FENCE_GUARD_SHAPE_3, -1, SQLITE_STATIC);
 		rc = sqlite3_step(stmt);
 	}
 	if (rc == SQLITE_ROW)
@@ -443,7 +453,29 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 	sqlite3_finalize(stmt);
 	sqlite3_free(zRaise);
 	sqlite3_free(zTag);
-	return rc == SQLITE_DONE;
+	if (rc != SQLITE_DONE)
+		return 0;
+
+	/*
+	 * Counted: none of its triggers lacks this shape, and it has some. Any
+	 * doubt (an error, a NULL read back, no row) says not counted, which
+	 * costs only speed.
+	 */
+	*pbCounted = 0;
+	if (sqlite3_prepare_v2(conn->db,
+						   "SELECT count(*), sum((instr(sql, ?2) > 0) IS NOT 1) "
+						   "FROM main.sqlite_schema WHERE type = 'trigger' "
+						   "AND name GLOB 'fence:' || ?1 || ':*'", -1, &stmt, NULL) == SQLITE_OK)
+	{
+		sqlite3_bind_int64(stmt, 1, id);
+		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
+		if (sqlite3_step(stmt) == SQLITE_ROW &&
+			sqlite3_column_type(stmt, 0) == SQLITE_INTEGER &&
+			sqlite3_column_type(stmt, 1) == SQLITE_INTEGER)
+			*pbCounted = sqlite3_column_int64(stmt, 0) > 0 && sqlite3_column_int64(stmt, 1) == 0;
+	}
+	sqlite3_finalize(stmt);
+	return 1;
 }
 
 /*
@@ -619,6 +651,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	char	   *zShape = NULL;
 	char	   *zOwn = NULL;
 	int			bBlind = 0;
+	int			bCounted = 0;
 	FenceGuardSeen *g;
 
 	rc = fenceOwnTableShape(db, "fence_guards", &zShape);
@@ -718,7 +751,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		}
 	}
 	if (ok && !checkGuardShape(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3),
-							   bKeyed ? NULL : (const char *) sqlite3_column_text(stmt, 0)))
+							   bKeyed ? NULL : (const char *) sqlite3_column_text(stmt, 0),
+							   &bCounted))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
@@ -782,6 +816,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	g->id = id;
 	g->nResource = nRes;
 	g->bKeyed = bKeyed;
+	g->bCounted = bCounted;
 	conn->nGuard++;
 	conn->bAdmittedInTxn = 1;
 	return g;
@@ -854,6 +889,57 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	return 0;
 }
 
+/* Guard id admitted (with this resource or prefix, when the call names one), or NULL. */
+static inline const FenceGuardSeen *
+findAdmitted(const FenceConn *conn, sqlite3_int64 id, const char *zRes, int nRes, int bKeyed)
+{
+	int			i;
+
+	for (i = 0; i < conn->nGuard; i++)
+	{
+		const FenceGuardSeen *g = &conn->aGuard[i];
+
+		if (g->id == id && g->bKeyed == bKeyed &&
+			(zRes == NULL || (g->nResource == nRes &&
+							  memcmp(g->zResource, zRes, (size_t) nRes) == 0)))
+			return g;
+	}
+	return NULL;
+}
+
+/*
+ * May this call of admitted guard g skip reading the schema? Yes when no
+ * statement that reads one of fence's tables has been prepared since the
+ * schema was last read, that read found the admissions still good
+ * (pSchemaStmt), and no other database is attached (then the schema is
+ * read in every transaction, as before).
+ *
+ * Why that suffices for a call from a statement that fires one of g's own
+ * triggers (g->bCounted: all of them of this shape): each of them reads
+ * fence_join in its body, so SQLite plans such a read (fence_held.c counts
+ * it) whenever it prepares the statement; and SQLite prepares a statement
+ * again, before it runs, whenever main's schema changed after it was
+ * prepared (by this connection or another, committed or not; a rollback of
+ * a change resets the schema, which counts too) or TEMP's did (which
+ * expires every statement). That statement was therefore prepared before
+ * the last read of the schema, and the schema it runs on is the one it was
+ * prepared on: the one read then.
+ *
+ * A call from anywhere else (a view, a trigger of the application's,
+ * top-level SQL passing g's id) proves nothing by this. What it can get so
+ * is an accept at the token already highest, which fence_check gives
+ * anyone: a write of fence_tokens reads the schema first (fence.c,
+ * FENCE_RC_READ_SCHEMA), and the highest-token cache keeps its own watch
+ * (fence_cache.c, fenceWatchIntact).
+ */
+static inline int
+admittedByCount(const FenceConn *conn, const FenceGuardSeen *g)
+{
+	return g->bCounted && conn->bEnlisted && !conn->bNoCountTxn &&
+		conn->nJoinPlanned == conn->nJoinPlannedChecked && conn->pSchemaStmt != NULL &&
+		sqlite3_db_name(conn->db, 2) == NULL;
+}
+
 /*
  * The checks every guard call makes before looking at tokens: the id
  * argument is a guard fence_protect recorded in main for this resource (or
@@ -871,7 +957,6 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	int			nRes = *pnRes;
 	sqlite3_int64 id;
 	int			rc;
-	int			i;
 
 	if (sqlite3_value_type(idArg) != SQLITE_INTEGER)
 	{
@@ -884,6 +969,18 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (!journalWorks(ctx, conn))
 		return 0;
 	id = sqlite3_value_int64(idArg);
+	conn->bByCount = 0;
+	if (!conn->bGuardTxnChecked && !conn->bSchemaFresh)
+	{
+		g = findAdmitted(conn, id, zRes, nRes, bKeyed);
+		if (g != NULL && admittedByCount(conn, g))
+		{
+			conn->bByCount = 1;
+			*pzRes = g->zResource;
+			*pnRes = g->nResource;
+			return 1;
+		}
+	}
 	rc = fenceSchemaCheck(conn);
 	if (rc != SQLITE_OK)
 	{
@@ -894,15 +991,9 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 										sqlite3_errmsg(conn->db)));
 		return 0;
 	}
-	for (i = 0; i < conn->nGuard; i++)
-	{
-		g = &conn->aGuard[i];
-		if (g->id == id && g->bKeyed == bKeyed &&
-			(zRes == NULL || (g->nResource == nRes &&
-							  memcmp(g->zResource, zRes, (size_t) nRes) == 0)))
-			break;
-	}
-	g = i < conn->nGuard ? &conn->aGuard[i] : admitNew(ctx, conn, id, zRes, nRes, bKeyed);
+	g = findAdmitted(conn, id, zRes, nRes, bKeyed);
+	if (g == NULL)
+		g = admitNew(ctx, conn, id, zRes, nRes, bKeyed);
 	if (g == NULL)
 		return 0;
 	*pzRes = g->zResource;
@@ -924,6 +1015,7 @@ fenceGuardRecheckSchema(FenceConn *conn)
 	fenceGuardMemoForget(conn);
 	conn->bGuardTxnChecked = 0;
 	conn->bEnlistSchemaSame = 0;
+	conn->bNoCountTxn = 1;
 }
 
 /* A transaction ended: check the schema generation again at the next one. */
@@ -934,6 +1026,7 @@ fenceGuardTxnEnded(FenceConn *conn)
 	conn->bGuardTxnChecked = 0;
 	conn->bEnlistSchemaSame = 0;
 	conn->bAdmittedInTxn = 0;
+	conn->bNoCountTxn = 0;
 }
 
 /*

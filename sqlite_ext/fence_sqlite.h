@@ -36,6 +36,7 @@ typedef struct FenceGuardSeen
 	char	   *zResource;		/* the resource, or the prefix when keyed */
 	int			nResource;
 	int			bKeyed;
+	int			bCounted;		/* its triggers are of FENCE_GUARD_SHAPE (fence_guard.c) */
 } FenceGuardSeen;
 
 /*
@@ -77,6 +78,7 @@ typedef struct FenceGuardMemo
 #define FENCE_CACHE_TXN_UNKNOWN 0	/* no accept yet (or no transaction) */
 #define FENCE_CACHE_TXN_WATCHED 1	/* verdicts used, and recorded at commit */
 #define FENCE_CACHE_TXN_UNWATCHED 2 /* neither */
+
 
 typedef struct FenceConn
 {
@@ -146,6 +148,11 @@ typedef struct FenceConn
 	int			nGuardAlloc;
 	int			bForeignChecked;	/* no schema object but fence's names a guard */
 	int			bGuardTxnChecked;	/* the schema generation was checked in this txn */
+	int			bByCount;		/* the guard call under way was admitted by the count */
+	int			bNoCountTxn;	/* this transaction reads the schema (fenceGuardRecheckSchema) */
+	int			bSchemaFresh;	/* the guard call under way reads the schema, shortcuts none */
+	sqlite3_uint64 nJoinPlanned;	/* statements planned that read fence's tables */
+	sqlite3_uint64 nJoinPlannedChecked; /* nJoinPlanned when the schema was last read */
 	sqlite3_int64 cookieMain;	/* the schema versions aGuard was checked against */
 	sqlite3_int64 cookieTemp;
 	sqlite3_stmt *pProbeMain;
@@ -275,7 +282,9 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
  * (in a shape an authorizer can blind, or passing other arguments to the
  * guard functions), and is refused until protected again.
  */
-#define FENCE_GUARD_SHAPE "fence guard shape 3"
+#define FENCE_GUARD_SHAPE "fence guard shape 4"
+/* the shape before: as safe, but its statements are not counted (fence_guard.c) */
+#define FENCE_GUARD_SHAPE_3 "fence guard shape 3"
 
 /* fence_stats.c: this connection's counts per resource */
 typedef struct FenceStatEntry
@@ -417,6 +426,7 @@ FENCE_EXPORT int sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 #define FENCE_RC_REENTERED (-2)
 #define FENCE_RC_SHADOWED  (-3)
 #define FENCE_RC_UNTRUSTED (-4)	/* conn->zSavedErr says what fence cannot trust */
+#define FENCE_RC_READ_SCHEMA (-5)	/* a guard's write must read the schema first */
 
 /* Result codes, documented in README.md. */
 #define FENCE_RC_STALE   SQLITE_CONSTRAINT_FUNCTION
