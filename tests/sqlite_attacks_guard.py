@@ -746,11 +746,51 @@ def guards_row_attacks():
                   "a guard whose fence_guards row was edited to a resource %s refuses" % what, err)
 
 
+def guards_uniques_attacks():
+    """fence_guards.uniques edited by hand (plain DML) to match a UNIQUE index
+    made after fence_protect, or to '*' (one resource): a REPLACE through the
+    new index must still be refused, never delete another resource's row."""
+    for how in ("appended", "one resource"):
+        path = fresh_db()
+        c = connect(path)
+        c.executescript("""
+            BEGIN;
+            SELECT fence_check('acct:a', 9);
+            UPDATE acct SET v = 2, tok = 9 WHERE k = 'a';
+            COMMIT;
+            SELECT fence_check('acct:b', 8);
+        """)
+        c.close()
+        c = connect(path, load=False)
+        c.execute("CREATE UNIQUE INDEX acct_v ON acct(v)")
+        u = c.execute("SELECT uniques FROM fence_guards WHERE resource = 'acct:'").fetchone()[0]
+        # the signature fence reads now: every UNIQUE index, sorted by name
+        sig = (",".join(sorted(u.split(",") + ["acct_v(v BINARY)"])) if how == "appended"
+               else "*")
+        c.execute("UPDATE fence_guards SET uniques = ? WHERE resource = 'acct:'", (sig,))
+        c.close()
+        before = committed(path, "acct")
+        c = connect(path)
+        # row b (v = 1; acct:b at 8): a REPLACE of a new key c at token 5
+        # through acct_v deletes it, which only acct:b's token 8 may
+        err = script(c, ["BEGIN", "INSERT OR REPLACE INTO acct VALUES ('c', 'uc', 1, 5)",
+                         "COMMIT"])
+        attempt(c, "ROLLBACK")
+        c.close()
+        after_rows, _ = committed(path, "acct")
+        ok(err is not None and [r for r in after_rows if r[0] == "b"] ==
+           [r for r in before[0] if r[0] == "b"],
+           "fence_guards.uniques edited by hand (%s) to cover a new UNIQUE index: a "
+           "REPLACE through it is refused" % how,
+           "error: %r\nbefore: %r\nafter: %r" % (err, before, after_rows))
+
+
 def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, affinity_attacks, planted_attacks, blob_attacks,
-                     shape_attacks, review2_attacks, guards_row_attacks):
+                     shape_attacks, review2_attacks, guards_row_attacks,
+                     guards_uniques_attacks):
             try:
                 part()
             except Exception as e:  # a crash in one class must not hide the others
