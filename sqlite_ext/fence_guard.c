@@ -413,14 +413,16 @@ schemaReadable(sqlite3_context *ctx, FenceConn *conn, const char *zSchema)
  */
 static int
 checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
-				const char *zResource, int *pbCounted)
+				const char *zResource, const char *zUniques, int *pbCounted)
 {
 	sqlite3_stmt *stmt = NULL;
-	char	   *zTag = zResource ? fenceGuardTag(id, zResource) : NULL;
+	/* what this shape's RAISE says, and shape 3's (a per-row guard's: nothing checked) */
+	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
+		fenceGuardTag(id, NULL, zUniques);
 	char	   *zRaise = zTag ? sqlite3_mprintf(FENCE_GUARD_RAISE_SQL, zTag) : NULL;
 	int			rc;
 
-	if (zResource != NULL && zRaise == NULL)
+	if (zRaise == NULL)
 	{
 		sqlite3_free(zTag);
 		sqlite3_result_error_nomem(ctx);
@@ -429,8 +431,8 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 	rc = sqlite3_prepare_v2(conn->db,
 							"SELECT name FROM main.sqlite_schema WHERE type = 'trigger' "
 							"AND name GLOB 'fence:' || ?1 || ':*' "
-							"AND ((instr(sql, ?2) > 0 OR instr(sql, ?4) > 0) "
-							"AND (?3 IS NULL OR instr(sql, ?3) > 0)) "
+							"AND ((instr(sql, ?2) > 0 AND instr(sql, ?3) > 0) "
+							"OR (instr(sql, ?4) > 0 AND (?5 IS NULL OR instr(sql, ?3) > 0))) "
 							"IS NOT 1 LIMIT 1", -1, &stmt, NULL);
 	if (rc == SQLITE_OK)
 	{
@@ -438,6 +440,8 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
 		sqlite3_bind_text(stmt, 3, zRaise, -1, SQLITE_STATIC);
 		sqlite3_bind_text(stmt, 4, FENCE_GUARD_SHAPE_3, -1, SQLITE_STATIC);
+		if (zResource != NULL)
+			sqlite3_bind_int(stmt, 5, 1);
 		rc = sqlite3_step(stmt);
 	}
 	if (rc == SQLITE_ROW)
@@ -752,7 +756,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	}
 	if (ok && !checkGuardShape(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3),
 							   bKeyed ? NULL : (const char *) sqlite3_column_text(stmt, 0),
-							   &bCounted))
+							   (const char *) sqlite3_column_text(stmt, 2), &bCounted))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;

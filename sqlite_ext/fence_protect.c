@@ -789,15 +789,25 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 
 /*
  * How the RAISE names the guard: G, and a one-resource guard's resource,
- * whose calls do not pass it. Admission finds this text in each of the
- * guard's triggers (fenceGuardTriggerTag), so that a record of
- * main.fence_guards edited to another resource is refused, not obeyed.
+ * whose calls do not pass it, or a per-row guard's UNIQUE indexes as
+ * fence_protect recorded them (zUniques, fenceUniqueSignature), which its
+ * REPLACE look-ups were written for. Admission finds this text in each of
+ * the guard's triggers (checkGuardShape), so that a record of
+ * main.fence_guards edited to another resource, or to other indexes (one
+ * made later, which a REPLACE could then delete through unchecked), is
+ * refused, not obeyed: the record is a table anyone can UPDATE, the
+ * triggers change only by DDL, which fence sees. zUniques NULL: G alone
+ * (what a per-row guard of shape 3 carries).
  */
 char *
-fenceGuardTag(sqlite3_int64 id, const char *zResource)
+fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques)
 {
-	return zResource ? sqlite3_mprintf("%lld (resource \"%q\")", (long long) id, zResource) :
-		sqlite3_mprintf("%lld", (long long) id);
+	if (zResource != NULL)
+		return sqlite3_mprintf("%lld (resource \"%q\")", (long long) id, zResource);
+	if (zUniques != NULL)
+		return sqlite3_mprintf("%lld (unique indexes: %q)", (long long) id,
+							   zUniques[0] ? zUniques : "none");
+	return sqlite3_mprintf("%lld", (long long) id);
 }
 
 static char *
@@ -820,7 +830,8 @@ protectSql(const ProtectSpec *spec)
 	char	   *zTokenTrigger = NULL;
 	char	   *zSql = NULL;
 	long long	G = (long long) spec->id;
-	char	   *zTag = fenceGuardTag(spec->id, spec->zKeyColumn ? NULL : spec->zResource);
+	char	   *zTag = spec->zKeyColumn ? fenceGuardTag(spec->id, NULL, spec->zUniques) :
+		fenceGuardTag(spec->id, spec->zResource, NULL);
 
 	if (!zTag || !zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
 		!zDelete || (spec->zTokenColumn && (!zUpdateToken || !zUpdateTokenConflicts)))

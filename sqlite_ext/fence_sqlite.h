@@ -368,12 +368,13 @@ int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
 /* fence_protect.c */
-char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource);
+char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques);
 
 /*
  * The RAISE message of every guard trigger, as an SQL literal, given the
  * guard's tag (fenceGuardTag): written by fence_protect, and looked for by
- * admission, which finds a one-resource guard's resource in it.
+ * admission, which finds a one-resource guard's resource in it, or a per-row
+ * guard's UNIQUE indexes.
  */
 #define FENCE_GUARD_RAISE_SQL "'fence guard %s did not run (an authorizer ignored it?): " \
 	"write refused'"
