@@ -348,6 +348,41 @@ def rename_attacks():
            attempt(c, "UPDATE ledger SET tok = 0") is not None,
            "the new table of the old name keeps its own guard")
         c.close()
+    # per-row guards whose REPLACE look-ups name their table: with
+    # legacy_alter_table=ON a rename leaves the old name in the look-ups,
+    # which must not then read another table of that name (a new one, or
+    # the other of two tables that swapped names)
+    for how in ("new table", "swapped"):
+        for legacy in ("ON", "OFF"):
+            path = os.path.join(work, "ren-%s-%s.db" % (how.replace(" ", ""), legacy))
+            c = connect(path)
+            for t in ("kv", "kw"):
+                c.executescript("""
+                    CREATE TABLE %s(k INTEGER PRIMARY KEY, v TEXT, tok INTEGER);
+                    CREATE UNIQUE INDEX %s_v ON %s(v);
+                    SELECT fence_protect('%s', 'tok', '%s:', 'k');
+                """ % (t, t, t, t, t))
+            c.execute("INSERT INTO kv VALUES (1, 'va', 10)")
+            c.execute("INSERT INTO kw VALUES (1, 'wa', 3)")
+            c.execute("PRAGMA legacy_alter_table = %s" % legacy)
+            if how == "new table":
+                c.execute("ALTER TABLE kv RENAME TO kv_2023")
+                c.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, tok INTEGER)")
+                renamed = "kv_2023"
+            else:
+                c.execute("ALTER TABLE kv RENAME TO t_tmp")
+                c.execute("ALTER TABLE kw RENAME TO kv")
+                c.execute("ALTER TABLE t_tmp RENAME TO kw")
+                renamed = "kw"
+            c.execute("PRAGMA legacy_alter_table = OFF")
+            before = committed(path, renamed)
+            # row 1 (resource kv:1, highest 10) replaced through kv_v at token 5
+            unchanged(path, renamed, before,
+                      "a per-row guard renamed with legacy_alter_table=%s (%s under its old "
+                      "name): a REPLACE through a UNIQUE index cannot delete a row of another "
+                      "resource unchecked" % (legacy, how),
+                      attempt(c, "INSERT OR REPLACE INTO %s VALUES (2, 'va', 5)" % renamed))
+            c.close()
 
 
 # ---------------------------------------------------------------------
