@@ -461,6 +461,42 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 		return 0;
 
 	/*
+	 * A per-row guard's REPLACE look-ups read its table by name ("FROM "T"
+	 * AS c WHERE"). ALTER TABLE RENAME rewrites that name, except under
+	 * PRAGMA legacy_alter_table=ON, which leaves the old one: the look-ups
+	 * would then read whatever table has it now (a new one, or another
+	 * protected table that swapped names), and a REPLACE could delete rows
+	 * of another resource unchecked. Every look-up must name the table the
+	 * trigger is on (a NULL read back refuses too).
+	 */
+	rc = sqlite3_prepare_v2(conn->db,
+							"SELECT name FROM main.sqlite_schema WHERE type = 'trigger' "
+							"AND name GLOB 'fence:' || ?1 || ':*' "
+							"AND ((length(sql) - length(replace(sql, ' AS c WHERE ', ''))) / 12 = "
+							"(length(sql) - length(replace(sql, 'FROM \"' || "
+							"replace(tbl_name, '\"', '\"\"') || '\" AS c WHERE ', ''))) / "
+							"length('FROM \"' || replace(tbl_name, '\"', '\"\"') || "
+							"'\" AS c WHERE ')) IS NOT 1 LIMIT 1", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_int64(stmt, 1, id);
+		rc = sqlite3_step(stmt);
+	}
+	if (rc == SQLITE_ROW)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" looks up the rows a "
+							   "REPLACE would delete in another table (trigger \"%s\"; was the "
+							   "table renamed under PRAGMA legacy_alter_table=ON?); run "
+							   "fence_protect on \"%s\" again", zTable,
+							   (const char *) sqlite3_column_text(stmt, 0), zTable));
+	else if (rc != SQLITE_DONE)
+		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
+										(long long) id, zTable, sqlite3_errmsg(conn->db)));
+	sqlite3_finalize(stmt);
+	if (rc != SQLITE_DONE)
+		return 0;
+
+	/*
 	 * Counted: none of its triggers lacks this shape, and it has some. Any
 	 * doubt (an error, a NULL read back, no row) says not counted, which
 	 * costs only speed.
