@@ -219,7 +219,9 @@ watchLook(FenceConn *conn)
 int
 fenceWatchIntact(const FenceConn *conn)
 {
-	return conn->pWatchMark != NULL && !sqlite3_expired(conn->pWatchMark);
+	/* sqlite3_expired is deprecated: a build without it has no memory, only reads */
+	return sqlite3_api->expired != NULL && conn->pWatchMark != NULL &&
+		!sqlite3_expired(conn->pWatchMark);
 }
 
 /*
