@@ -420,20 +420,46 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
 		fenceGuardTag(id, NULL, zUniques);
 	char	   *zRaise = zTag ? sqlite3_mprintf(FENCE_GUARD_RAISE_SQL, zTag) : NULL;
+	char	   *zBadShape = NULL;	/* the first trigger of another shape or record */
+	char	   *zBadLookup = NULL;	/* the first whose look-ups name another table */
+	int			nTriggers = 0;
+	int			nCounted = 0;
+	int			bOk;
 	int			rc;
 
+	sqlite3_free(zTag);
 	if (zRaise == NULL)
 	{
-		sqlite3_free(zTag);
 		sqlite3_result_error_nomem(ctx);
 		return 0;
 	}
+
+	/*
+	 * One row per trigger of the guard: is it of this shape or shape 3, with
+	 * the RAISE text its record implies (a NULL read back says no); do its
+	 * look-ups name its own table; is it of this shape.
+	 *
+	 * A per-row guard's REPLACE look-ups read its table by name ("FROM "T"
+	 * AS c WHERE"). ALTER TABLE RENAME rewrites that name, except under
+	 * PRAGMA legacy_alter_table=ON, which leaves the old one: the look-ups
+	 * would then read whatever table has it now (a new one, or another
+	 * protected table that swapped names), and a REPLACE could delete rows
+	 * of another resource unchecked. So every look-up must name the table
+	 * the trigger is on.
+	 */
 	rc = sqlite3_prepare_v2(conn->db,
-							"SELECT name FROM main.sqlite_schema WHERE type = 'trigger' "
-							"AND name GLOB 'fence:' || ?1 || ':*' "
-							"AND ((instr(sql, ?2) > 0 AND instr(sql, ?3) > 0) "
+							"SELECT name, "
+							"((instr(sql, ?2) > 0 AND instr(sql, ?3) > 0) "
 							"OR (instr(sql, ?4) > 0 AND (?5 IS NULL OR instr(sql, ?3) > 0))) "
-							"IS NOT 1 LIMIT 1", -1, &stmt, NULL);
+							"IS NOT 1, "
+							"((length(sql) - length(replace(sql, ' AS c WHERE ', ''))) / 12 = "
+							"(length(sql) - length(replace(sql, 'FROM \"' || "
+							"replace(tbl_name, '\"', '\"\"') || '\" AS c WHERE ', ''))) / "
+							"length('FROM \"' || replace(tbl_name, '\"', '\"\"') || "
+							"'\" AS c WHERE ')) IS NOT 1, "
+							"instr(sql, ?2) > 0 IS 1 "
+							"FROM main.sqlite_schema WHERE type = 'trigger' "
+							"AND name GLOB 'fence:' || ?1 || ':*'", -1, &stmt, NULL);
 	if (rc == SQLITE_OK)
 	{
 		sqlite3_bind_int64(stmt, 1, id);
@@ -442,80 +468,44 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 		sqlite3_bind_text(stmt, 4, FENCE_GUARD_SHAPE_3, -1, SQLITE_STATIC);
 		if (zResource != NULL)
 			sqlite3_bind_int(stmt, 5, 1);
-		rc = sqlite3_step(stmt);
 	}
-	if (rc == SQLITE_ROW)
+	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+	{
+		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
+		char	  **pzBad = sqlite3_column_int(stmt, 1) ? &zBadShape :
+			sqlite3_column_int(stmt, 2) ? &zBadLookup : NULL;
+
+		rc = SQLITE_OK;
+		if (pzBad != NULL && *pzBad == NULL &&
+			(*pzBad = sqlite3_mprintf("%s", zName ? zName : "?")) == NULL)
+			rc = SQLITE_NOMEM;
+		nTriggers++;
+		nCounted += sqlite3_column_int(stmt, 3);
+	}
+	if (rc == SQLITE_DONE && zBadShape != NULL)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" was made by an older "
 							   "fence, or does not match its record in main.fence_guards "
 							   "(trigger \"%s\"); run fence_protect on the table again to "
-							   "replace its guard",
-							   zTable, (const char *) sqlite3_column_text(stmt, 0)));
-	else if (rc != SQLITE_DONE)
-		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
-										(long long) id, zTable, sqlite3_errmsg(conn->db)));
-	sqlite3_finalize(stmt);
-	sqlite3_free(zRaise);
-	sqlite3_free(zTag);
-	if (rc != SQLITE_DONE)
-		return 0;
-
-	/*
-	 * A per-row guard's REPLACE look-ups read its table by name ("FROM "T"
-	 * AS c WHERE"). ALTER TABLE RENAME rewrites that name, except under
-	 * PRAGMA legacy_alter_table=ON, which leaves the old one: the look-ups
-	 * would then read whatever table has it now (a new one, or another
-	 * protected table that swapped names), and a REPLACE could delete rows
-	 * of another resource unchecked. Every look-up must name the table the
-	 * trigger is on (a NULL read back refuses too).
-	 */
-	rc = sqlite3_prepare_v2(conn->db,
-							"SELECT name FROM main.sqlite_schema WHERE type = 'trigger' "
-							"AND name GLOB 'fence:' || ?1 || ':*' "
-							"AND ((length(sql) - length(replace(sql, ' AS c WHERE ', ''))) / 12 = "
-							"(length(sql) - length(replace(sql, 'FROM \"' || "
-							"replace(tbl_name, '\"', '\"\"') || '\" AS c WHERE ', ''))) / "
-							"length('FROM \"' || replace(tbl_name, '\"', '\"\"') || "
-							"'\" AS c WHERE ')) IS NOT 1 LIMIT 1", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		sqlite3_bind_int64(stmt, 1, id);
-		rc = sqlite3_step(stmt);
-	}
-	if (rc == SQLITE_ROW)
+							   "replace its guard", zTable, zBadShape));
+	else if (rc == SQLITE_DONE && zBadLookup != NULL)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" looks up the rows a "
 							   "REPLACE would delete in another table (trigger \"%s\"; was the "
 							   "table renamed under PRAGMA legacy_alter_table=ON?); run "
-							   "fence_protect on \"%s\" again", zTable,
-							   (const char *) sqlite3_column_text(stmt, 0), zTable));
+							   "fence_protect on \"%s\" again", zTable, zBadLookup, zTable));
 	else if (rc != SQLITE_DONE)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
 										(long long) id, zTable, sqlite3_errmsg(conn->db)));
+	bOk = rc == SQLITE_DONE && zBadShape == NULL && zBadLookup == NULL;
 	sqlite3_finalize(stmt);
-	if (rc != SQLITE_DONE)
-		return 0;
+	sqlite3_free(zRaise);
+	sqlite3_free(zBadShape);
+	sqlite3_free(zBadLookup);
 
-	/*
-	 * Counted: none of its triggers lacks this shape, and it has some. Any
-	 * doubt (an error, a NULL read back, no row) says not counted, which
-	 * costs only speed.
-	 */
-	*pbCounted = 0;
-	if (sqlite3_prepare_v2(conn->db,
-						   "SELECT count(*), sum((instr(sql, ?2) > 0) IS NOT 1) "
-						   "FROM main.sqlite_schema WHERE type = 'trigger' "
-						   "AND name GLOB 'fence:' || ?1 || ':*'", -1, &stmt, NULL) == SQLITE_OK)
-	{
-		sqlite3_bind_int64(stmt, 1, id);
-		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
-		if (sqlite3_step(stmt) == SQLITE_ROW &&
-			sqlite3_column_type(stmt, 0) == SQLITE_INTEGER &&
-			sqlite3_column_type(stmt, 1) == SQLITE_INTEGER)
-			*pbCounted = sqlite3_column_int64(stmt, 0) > 0 && sqlite3_column_int64(stmt, 1) == 0;
-	}
-	sqlite3_finalize(stmt);
-	return 1;
+	/* counted: it has triggers, all of this shape (any doubt costs only speed) */
+	*pbCounted = nTriggers > 0 && nCounted == nTriggers;
+	return bOk;
 }
 
 /*
