@@ -354,35 +354,52 @@ def rename_attacks():
     # the other of two tables that swapped names)
     for how in ("new table", "swapped"):
         for legacy in ("ON", "OFF"):
-            path = os.path.join(work, "ren-%s-%s.db" % (how.replace(" ", ""), legacy))
-            c = connect(path)
-            for t in ("kv", "kw"):
-                c.executescript("""
-                    CREATE TABLE %s(k INTEGER PRIMARY KEY, v TEXT, tok INTEGER);
-                    CREATE UNIQUE INDEX %s_v ON %s(v);
-                    SELECT fence_protect('%s', 'tok', '%s:', 'k');
-                """ % (t, t, t, t, t))
-            c.execute("INSERT INTO kv VALUES (1, 'va', 10)")
-            c.execute("INSERT INTO kw VALUES (1, 'wa', 3)")
-            c.execute("PRAGMA legacy_alter_table = %s" % legacy)
-            if how == "new table":
-                c.execute("ALTER TABLE kv RENAME TO kv_2023")
-                c.execute("CREATE TABLE kv(k INTEGER PRIMARY KEY, v TEXT, tok INTEGER)")
-                renamed = "kv_2023"
-            else:
-                c.execute("ALTER TABLE kv RENAME TO t_tmp")
-                c.execute("ALTER TABLE kw RENAME TO kv")
-                c.execute("ALTER TABLE t_tmp RENAME TO kw")
-                renamed = "kw"
-            c.execute("PRAGMA legacy_alter_table = OFF")
-            before = committed(path, renamed)
-            # row 1 (resource kv:1, highest 10) replaced through kv_v at token 5
-            unchanged(path, renamed, before,
-                      "a per-row guard renamed with legacy_alter_table=%s (%s under its old "
-                      "name): a REPLACE through a UNIQUE index cannot delete a row of another "
-                      "resource unchecked" % (legacy, how),
-                      attempt(c, "INSERT OR REPLACE INTO %s VALUES (2, 'va', 5)" % renamed))
-            c.close()
+            for inside in (False, True):
+                rename_attack(how, legacy, inside)
+
+
+def rename_attack(how, legacy, inside):
+    """kv and kw per-row guarded (a TEXT key: admitted once per transaction); kv
+    renamed (under legacy_alter_table), between transactions or inside the one
+    that writes it, after its first write to kv."""
+    path = os.path.join(work, "ren-%s-%s-%d.db" % (how.replace(" ", ""), legacy, inside))
+    c = connect(path)
+    for t in ("kv", "kw"):
+        c.executescript("""
+            CREATE TABLE %s(k TEXT PRIMARY KEY, v TEXT, tok INTEGER);
+            CREATE UNIQUE INDEX %s_v ON %s(v);
+            SELECT fence_protect('%s', 'tok', '%s:', 'k');
+        """ % (t, t, t, t, t))
+    c.execute("INSERT INTO kv VALUES ('1', 'va', 10)")
+    c.execute("INSERT INTO kw VALUES ('1', 'wa', 3)")
+    c.close()
+    c = connect(path)
+    c.execute("PRAGMA legacy_alter_table = %s" % legacy)
+    if inside:
+        c.execute("BEGIN")
+        c.execute("INSERT INTO kv VALUES ('2', 'vb', 5)")
+    if how == "new table":
+        c.execute("ALTER TABLE kv RENAME TO kv_2023")
+        c.execute("CREATE TABLE kv(k TEXT PRIMARY KEY, v TEXT, tok INTEGER)")
+        renamed = "kv_2023"
+    else:
+        c.execute("ALTER TABLE kv RENAME TO t_tmp")
+        c.execute("ALTER TABLE kw RENAME TO kv")
+        c.execute("ALTER TABLE t_tmp RENAME TO kw")
+        renamed = "kw"
+    c.execute("PRAGMA legacy_alter_table = OFF")
+    # row 1 (resource kv:1, highest 10) replaced through kv_v at token 5
+    err = attempt(c, "INSERT OR REPLACE INTO %s VALUES ('2', 'va', 5)" % renamed)
+    attempt(c, "COMMIT")
+    rows, tokens = committed(path, renamed)
+    ok(err is not None and [r for r in rows if r[0] == "1"] == [("1", "va", 10)] and
+       ("kv:1", 10) in tokens,
+       "a per-row guard renamed with legacy_alter_table=%s %s (%s under its old name): a "
+       "REPLACE through a UNIQUE index cannot delete a row of another resource unchecked"
+       % (legacy, "inside the writing transaction, after its first write"
+          if inside else "between transactions", how),
+       "error: %r\nrows: %r\ntokens: %r" % (err, rows, tokens))
+    c.close()
 
 
 # ---------------------------------------------------------------------
