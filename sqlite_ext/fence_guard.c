@@ -286,7 +286,15 @@ fenceSchemaCheck(FenceConn *conn)
 	sqlite3_int64 cookieTemp = 0;
 	int			rc;
 
-	if (conn->bGuardTxnChecked && !conn->bSchemaFresh)
+	/*
+	 * Checked in this transaction, and no statement reading fence's tables
+	 * prepared since: SQLite prepares every guarded statement again after a
+	 * schema change, the transaction's own included (a rename, an index
+	 * made after its first write), so a guard whose statement was prepared
+	 * since reads the schema again (fence_guard.c, admittedByCount).
+	 */
+	if (conn->bGuardTxnChecked && !conn->bSchemaFresh &&
+		conn->nJoinPlanned == conn->nJoinPlannedChecked)
 		return SQLITE_OK;
 	if (conn->bEnlisted && conn->bEnlistSchemaSame && !conn->bSchemaFresh &&
 		attachedCount(conn->db) == 0)
