@@ -24,6 +24,12 @@
  * variant in turn (round-robin, the variant order rotating between runs), so
  * that machine drift falls on all variants alike.
  *
+ * bench/run.sh runs one variant per process (ONLY "fenced/", RUNS "3-3"),
+ * the processes alternating: with every variant's connection open in one
+ * process, the one-row cells' ratios moved by up to 5% with the order in
+ * which the variants were set up (which connection's memory lies where),
+ * enough to turn a parity verdict either way.
+ *
  * Output, one line per measurement, tab-separated:
  *   sqlite RUN OP ROWS_PER_TXN VARIANT ROWS_PER_SECOND
  *   sqlitemem VARIANT TRANSACTIONS MEMORY_USED_BYTES
@@ -33,9 +39,12 @@
  * page: the fence's per-connection state must not grow with them.
  *
  * Usage: sqlite_bench EXTENSION_PATH DIRECTORY RUNS SCALE MEMTXNS [ONLY]
+ *   RUNS is a count N (runs 1 to N) or a range "A-B", which numbers the
+ *   output lines of a process that runs some of the runs.
  *   SCALE multiplies the rows per cell (1.0: about 0.1-0.5 s per cell here).
- *   ONLY, for profiling: run only the cells whose "variant/op/rows" (e.g.
- *   "fenced/update/1000/") starts with it.
+ *   ONLY: run only the cells whose "variant/op/rows" (e.g.
+ *   "fenced/update/1000/") starts with it; the variants it rules out are
+ *   not set up at all.
  */
 #include <sqlite3.h>
 
@@ -292,6 +301,18 @@ runCell(Bench *b, int isInsert, int perTxn, int nRows, unsigned *seed)
 	return (double) nRows / (now() - start);
 }
 
+/* whether ONLY ("fenced/update/1/", "fenced/", "fen" or "") can pick one of variant's cells */
+static int
+variantSelected(const char *variant, const char *only)
+{
+	size_t		n = strlen(variant);
+	size_t		m = strlen(only);
+
+	if (m <= n)
+		return strncmp(variant, only, m) == 0;
+	return strncmp(variant, only, n) == 0 && only[n] == '/';
+}
+
 static void
 closeBench(Bench *b)
 {
@@ -367,7 +388,8 @@ main(int argc, char **argv)
 	Bench		benches[N_VARIANTS];
 	const char *extension;
 	const char *dir;
-	int			runs;
+	int			firstRun;
+	int			lastRun;
 	double		scale;
 	int			memTxns;
 	const char *only;
@@ -379,14 +401,22 @@ main(int argc, char **argv)
 	}
 	extension = argv[1];
 	dir = argv[2];
-	runs = atoi(argv[3]);
+	if (sscanf(argv[3], "%d-%d", &firstRun, &lastRun) != 2)
+	{
+		firstRun = 1;
+		lastRun = atoi(argv[3]);
+	}
 	scale = atof(argv[4]);
 	memTxns = atoi(argv[5]);
 	only = argc == 7 ? argv[6] : "";
 
 	for (int v = 0; v < N_VARIANTS; v++)
-		setupBench(&benches[v], dir, extension, v);
-	for (int run = 1; run <= runs; run++)
+		benches[v].db = NULL;
+	if (lastRun >= firstRun)
+		for (int v = 0; v < N_VARIANTS; v++)
+			if (variantSelected(variantNames[v], only))
+				setupBench(&benches[v], dir, extension, v);
+	for (int run = firstRun; run <= lastRun; run++)
 		for (size_t c = 0; c < sizeof(cells) / sizeof(cells[0]); c++)
 		{
 			int			nRows = (int) (cells[c].rows * scale);
@@ -401,6 +431,8 @@ main(int argc, char **argv)
 				char		label[64];
 				double		rate;
 
+				if (benches[v].db == NULL)
+					continue;
 				snprintf(label, sizeof(label), "%s/%s/%d/", benches[v].name, cells[c].op,
 						 cells[c].perTxn);
 				if (strncmp(label, only, strlen(only)) != 0)
@@ -412,7 +444,8 @@ main(int argc, char **argv)
 			}
 		}
 	for (int v = 0; v < N_VARIANTS; v++)
-		closeBench(&benches[v]);
+		if (benches[v].db != NULL)
+			closeBench(&benches[v]);
 	if (memTxns > 0)
 	{
 		memoryRun(dir, extension, 0, memTxns);
