@@ -496,6 +496,11 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 							   "fence, or does not match its record in main.fence_guards "
 							   "(trigger \"%s\"); run fence_protect on the table again to "
 							   "replace its guard", zTable, zBadShape));
+	else if (rc == SQLITE_DONE && zBadLookup != NULL && strstr(zTable, FENCE_LOOKUP_ALIAS))
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the name of \"%s\" contains \"%s\", which "
+							   "fence's triggers use to look up the rows a REPLACE would delete; "
+							   "rename the table", zTable, FENCE_LOOKUP_ALIAS));
 	else if (rc == SQLITE_DONE && zBadLookup != NULL)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" looks up the rows a "

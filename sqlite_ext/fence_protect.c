@@ -1089,6 +1089,20 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (zCanonical == NULL)
 		return;
 	spec.zTable = zCanonical;
+
+	/*
+	 * Admission counts the guard's look-ups by this text ("FROM "T" AS c
+	 * WHERE ", fence_guard.c): in the table's own name it would be taken
+	 * for a look-up of another table, and every write refused.
+	 */
+	if (strstr(zCanonical, FENCE_LOOKUP_ALIAS) != NULL)
+	{
+		resultError(ctx, SQLITE_ERROR,
+					sqlite3_mprintf("fence_protect: cannot guard \"%s\": its name contains \"%s\", "
+									"which fence's triggers use; rename the table first",
+									zCanonical, FENCE_LOOKUP_ALIAS));
+		goto done;
+	}
 	if ((spec.zTokenColumn && !lookupColumn(ctx, zCanonical, spec.zTokenColumn, NULL)) ||
 		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)) ||
 		!checkColumnTypes(ctx, &spec) ||

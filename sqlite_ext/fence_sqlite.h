@@ -286,6 +286,13 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 /* the shape before: as safe, but its statements are not counted (fence_guard.c) */
 #define FENCE_GUARD_SHAPE_3 "fence guard shape 3"
 
+/*
+ * The alias of a per-row guard's REPLACE look-ups ("FROM "T" AS c WHERE",
+ * fence_protect.c), by which admission counts them (fence_guard.c): a table
+ * whose name contains it cannot be protected.
+ */
+#define FENCE_LOOKUP_ALIAS " AS c WHERE "
+
 /* fence_stats.c: this connection's counts per resource */
 typedef struct FenceStatEntry
 {

@@ -58,3 +58,12 @@ SELECT fence_guard_fenced(42, 'acct:', 'a');
 SELECT fence_guard_write(42, 'acct:', 'a', 10);
 ROLLBACK;
 SELECT fence_current('acct:a');
+-- a protected table renamed to a name that contains its look-ups' text:
+-- refused, saying why, until it is renamed again
+CREATE TABLE named(id INTEGER PRIMARY KEY, tok INTEGER);
+SELECT quote(fence_protect('named', 'tok', 'named'));
+ALTER TABLE named RENAME TO "n AS c WHERE 1";
+INSERT INTO "n AS c WHERE 1" VALUES (1, 5);
+ALTER TABLE "n AS c WHERE 1" RENAME TO named;
+INSERT INTO named VALUES (1, 5);
+SELECT * FROM named;
