@@ -402,6 +402,45 @@ def rename_attack(how, legacy, inside):
     c.close()
 
 
+def unique_inside_attacks():
+    """A UNIQUE index created, dropped, or made again on another column in the
+    transaction that already wrote the per-row guarded table (after its first
+    write), then a REPLACE through it: row 1 (resource kv:1, highest 10) must
+    not be deleted at token 5."""
+    ddls = {
+        "a new UNIQUE index": ["CREATE UNIQUE INDEX kv_n ON kv(n)"],
+        "its UNIQUE index made again under the same name on another column":
+            ["DROP INDEX kv_v", "CREATE UNIQUE INDEX kv_v ON kv(n)"],
+        "its UNIQUE index dropped and another made":
+            ["DROP INDEX kv_v", "CREATE UNIQUE INDEX kv_n2 ON kv(n)"],
+    }
+    for i, (what, ddl) in enumerate(sorted(ddls.items())):
+        for form in ("INSERT OR REPLACE INTO kv VALUES ('2', 'vc', 7, 5)",
+                     "UPDATE OR REPLACE kv SET n = 7, tok = 5 WHERE k = '2'"):
+            path = os.path.join(work, "uin-%d-%d.db" % (i, form.startswith("UPDATE")))
+            c = connect(path)
+            c.executescript("""
+                CREATE TABLE kv(k TEXT PRIMARY KEY, v TEXT, n INTEGER, tok INTEGER);
+                CREATE UNIQUE INDEX kv_v ON kv(v);
+                SELECT fence_protect('kv', 'tok', 'kv:', 'k');
+                INSERT INTO kv VALUES ('1', 'va', 7, 10);
+            """)
+            c.close()
+            c = connect(path)
+            c.execute("BEGIN")
+            c.execute("INSERT INTO kv VALUES ('2', 'vb', 8, 5)")
+            for sql in ddl:
+                c.execute(sql)
+            err = attempt(c, form)
+            attempt(c, "COMMIT")
+            c.close()
+            rows, tokens = committed(path, "kv")
+            ok([r for r in rows if r[0] == "1"] == [("1", "va", 7, 10)] and ("kv:1", 10) in tokens,
+               "%s inside the writing transaction, after its first write, then %s: the row "
+               "of kv:1 (highest 10) is not deleted at token 5" % (what, form.split(" kv")[0]),
+               "error: %r\nrows: %r\ntokens: %r" % (err, rows, tokens))
+
+
 # ---------------------------------------------------------------------
 # 6. token column affinity
 # ---------------------------------------------------------------------
@@ -840,7 +879,7 @@ def guards_uniques_attacks():
 def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
-                     rename_attacks, affinity_attacks, planted_attacks, blob_attacks,
+                     rename_attacks, unique_inside_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
             try:
