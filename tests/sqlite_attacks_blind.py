@@ -28,45 +28,13 @@ import sqlite3
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXTENSION = os.environ.get("FENCE_EXTENSION", os.path.join(ROOT, "sqlite_ext", "fence"))
-failures = 0
+import attacklib as lib
+from attacklib import attempt, connect
+
+check = lib.Checks("sqlite attacks blind")
+ok = check.ok
 work = tempfile.mkdtemp(prefix="fence_blind_")
 counter = [0]
-
-
-def ok(cond, what, detail=""):
-    global failures
-    print(("ok - " if cond else "not ok - ") + "sqlite attacks blind: " + what)
-    if not cond:
-        failures += 1
-        if detail:
-            print("#   " + str(detail).replace("\n", "\n#   "))
-
-
-def connect(path, load=True):
-    conn = sqlite3.connect(path, isolation_level=None, timeout=5)
-    if load:
-        conn.enable_load_extension(True)
-        conn.load_extension(EXTENSION)
-    return conn
-
-
-def attempt(conn, sql):
-    try:
-        conn.execute(sql).fetchall()
-        return None
-    except sqlite3.Error as e:
-        return str(e)
-
-
-def script(conn, sqls):
-    for sql in sqls:
-        err = attempt(conn, sql)
-        if err is not None:
-            attempt(conn, "ROLLBACK")
-            return err
-    return None
 
 
 def committed(path, table):
@@ -137,7 +105,7 @@ def victim_lookup():
             before = committed(path, "acct")
             c = connect(path)
             c.set_authorizer(blinding(cols, only))
-            err = script(c, sqls)
+            err = lib.script(c, sqls, rollback=True)
             c.set_authorizer(None)
             c.close()
             unchanged(path, "acct", before, "%s (%s): refused, nothing committed" % (what, scope), err)
@@ -146,8 +114,9 @@ def victim_lookup():
     before = committed(path, "acct")
     c = connect(path)
     c.set_authorizer(blinding({("acct", "u")}))
-    err = script(c, ["BEGIN", "SELECT fence_check('acct:b', 5)",
-                     "UPDATE OR REPLACE acct SET u = 'ua' WHERE k = 'b'", "COMMIT"])
+    err = lib.script(c, ["BEGIN", "SELECT fence_check('acct:b', 5)",
+                         "UPDATE OR REPLACE acct SET u = 'ua' WHERE k = 'b'", "COMMIT"],
+                     rollback=True)
     c.close()
     unchanged(path, "acct", before, "WITHOUT ROWID: UPDATE OR REPLACE with u blinded refused", err)
 
@@ -419,7 +388,7 @@ def skipped_ddl():
         c = connect(path, load=False)
         c.set_authorizer(auth)
         c.enable_load_extension(True)
-        c.load_extension(EXTENSION)
+        c.load_extension(lib.EXTENSION)
         c.set_authorizer(None)
         n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
         ok(n == 4, "%s at load: the previous-shape triggers are sealed or left, never dropped"
@@ -530,7 +499,7 @@ def main():
                 ok(False, "%s ran to the end" % part.__name__, repr(e))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    sys.exit(1 if failures else 0)
+    sys.exit(check.status())
 
 
 if __name__ == "__main__":

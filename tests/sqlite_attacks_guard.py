@@ -31,45 +31,12 @@ import sqlite3
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXTENSION = os.environ.get("FENCE_EXTENSION", os.path.join(ROOT, "sqlite_ext", "fence"))
-failures = 0
+import attacklib as lib
+from attacklib import attempt, connect, script
+
+check = lib.Checks("sqlite attacks guard")
+ok = check.ok
 work = tempfile.mkdtemp(prefix="fence_attacks_")
-
-
-def ok(cond, what, detail=""):
-    global failures
-    print(("ok - " if cond else "not ok - ") + "sqlite attacks guard: " + what)
-    if not cond:
-        failures += 1
-        if detail:
-            print("#   " + str(detail).replace("\n", "\n#   "))
-
-
-def connect(path, load=True):
-    conn = sqlite3.connect(path, isolation_level=None, timeout=5)
-    if load:
-        conn.enable_load_extension(True)
-        conn.load_extension(EXTENSION)
-    return conn
-
-
-def attempt(conn, sql, params=()):
-    """Run sql; return the error text, or None when it succeeded."""
-    try:
-        conn.execute(sql, params).fetchall()
-        return None
-    except sqlite3.Error as e:
-        return str(e)
-
-
-def script(conn, sqls):
-    """Run statements in order, stopping at the first error (returned)."""
-    for sql in sqls:
-        err = attempt(conn, sql)
-        if err is not None:
-            return err
-    return None
 
 
 def committed(path, table):
@@ -888,7 +855,7 @@ def main():
                 ok(False, "%s ran to the end" % part.__name__, repr(e))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    sys.exit(1 if failures else 0)
+    sys.exit(check.status())
 
 
 if __name__ == "__main__":

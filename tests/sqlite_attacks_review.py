@@ -24,29 +24,18 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import attacklib as lib
+
 # the child processes of the authorizer cases name it in FENCE_TEST_EXTENSION
-EXTENSION = os.environ.get("FENCE_TEST_EXTENSION") or (
-    sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "sqlite_ext", "fence"))
-failures = 0
-
-
-def ok(cond, what, detail=""):
-    global failures
-    print(("ok - " if cond else "not ok - ") + "sqlite review attack: " + what)
-    if not cond:
-        failures += 1
-        if detail:
-            print("#   " + str(detail).replace("\n", "\n#   "))
-    sys.stdout.flush()
+lib.EXTENSION = os.environ.get("FENCE_TEST_EXTENSION") or (
+    sys.argv[1] if len(sys.argv) > 1 else lib.EXTENSION)
+EXTENSION = lib.EXTENSION
+check = lib.Checks("sqlite review attack")
+ok = check.ok
 
 
 def connect(path, load=True):
-    conn = sqlite3.connect(path, isolation_level=None, timeout=0)
-    if load:
-        conn.enable_load_extension(True)
-        conn.load_extension(EXTENSION)
-    return conn
+    return lib.connect(path, load, timeout=0)
 
 
 def attempt(conn, sql):
@@ -367,7 +356,7 @@ def main():
                 case(tmp)
             except Exception as e:  # a case that dies is a failure, not a crash of the file
                 ok(False, f"{case.__name__} ran to its end", repr(e))
-    return 1 if failures else 0
+    return check.status()
 
 
 if __name__ == "__main__":

@@ -28,27 +28,17 @@ import sqlite3
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXTENSION = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "sqlite_ext", "fence")
-failures = 0
+import attacklib as lib
 
-
-def ok(cond, what, detail=""):
-    global failures
-    print(("ok - " if cond else "not ok - ") + "sqlite runtime attack: " + what)
-    if not cond:
-        failures += 1
-        if detail:
-            print("#   " + str(detail).replace("\n", "\n#   "))
-    sys.stdout.flush()
+if len(sys.argv) > 1:
+    lib.EXTENSION = sys.argv[1]
+EXTENSION = lib.EXTENSION
+check = lib.Checks("sqlite runtime attack")
+ok = check.ok
 
 
 def connect(path, load=True, **kw):
-    conn = sqlite3.connect(path, isolation_level=None, timeout=kw.pop("timeout", 0), **kw)
-    if load:
-        conn.enable_load_extension(True)
-        conn.load_extension(EXTENSION)
-    return conn
+    return lib.connect(path, load, timeout=kw.pop("timeout", 0), **kw)
 
 
 def error_of(conn, sql, params=()):
@@ -454,7 +444,7 @@ def main():
                 case(tmp)
             except Exception as e:  # a case that dies is a failure, not a crash of the file
                 ok(False, f"{case.__name__} ran to its end", repr(e))
-    return 1 if failures else 0
+    return check.status()
 
 
 if __name__ == "__main__":

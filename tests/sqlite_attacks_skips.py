@@ -24,41 +24,16 @@ Prints "ok - ..." / "not ok - ..." per assertion; exits 1 on a failure.
 """
 import os
 import shutil
-import sqlite3
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXTENSION = os.environ.get("FENCE_EXTENSION", os.path.join(ROOT, "sqlite_ext", "fence"))
-failures = 0
+import attacklib as lib
+from attacklib import attempt, connect
+
+check = lib.Checks("sqlite attacks skips")
+ok = check.ok
 work = tempfile.mkdtemp(prefix="fence_skips_")
 counter = [0]
-
-
-def ok(cond, what, detail=""):
-    global failures
-    print(("ok - " if cond else "not ok - ") + "sqlite attacks skips: " + what)
-    if not cond:
-        failures += 1
-        if detail:
-            print("#   " + str(detail).replace("\n", "\n#   "))
-
-
-def connect(path, load=True):
-    conn = sqlite3.connect(path, isolation_level=None, timeout=5)
-    if load:
-        conn.enable_load_extension(True)
-        conn.load_extension(EXTENSION)
-    return conn
-
-
-def attempt(conn, sql):
-    """Run sql; the error text, or None when it succeeded."""
-    try:
-        conn.execute(sql).fetchall()
-        return None
-    except sqlite3.Error as e:
-        return str(e)
 
 
 def committed(path):
@@ -370,7 +345,7 @@ def main():
                 ok(False, "%s ran to the end" % part.__name__, repr(e))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    sys.exit(1 if failures else 0)
+    sys.exit(check.status())
 
 
 if __name__ == "__main__":
