@@ -258,8 +258,12 @@ def attached(mode):
     """An attached schema has a pager of its own: a write there starts on the
     newest snapshot whatever main's. A transaction fenced at the highest (an
     equal accept) that writes through it must still not commit after a
-    newer token committed: either its write or the newer one fails."""
-    for target, read_first in (("self", False), ("other", False), ("other", True)):
+    newer token committed: either its write or the newer one fails. SQLite
+    lets ATTACH run inside a transaction too: after the equal accept, which
+    took no write lock because nothing was attached yet."""
+    for target, read_first, inside in (("self", False, False), ("other", False, False),
+                                       ("other", True, False), ("self", False, True),
+                                       ("other", False, True)):
         path = fresh(mode)
         aux = path + ".aux" if target == "other" else path
         for p in {path, aux}:
@@ -268,7 +272,8 @@ def attached(mode):
             c.execute("CREATE TABLE IF NOT EXISTS log(tok, who)")
             c.close()
         a = connect(path, seen=5)
-        a.execute("ATTACH ? AS aux", (aux,))
+        if not inside:
+            a.execute("ATTACH ? AS aux", (aux,))
         a.execute("SELECT fence_check('r', 5)").fetchall()      # a has seen 5
         err_a = None
         try:
@@ -276,6 +281,8 @@ def attached(mode):
             if read_first:
                 a.execute("SELECT count(*) FROM main.ledger").fetchall()
             a.execute("SELECT fence_check('r', 5)").fetchall()  # equal accept
+            if inside:
+                a.execute("ATTACH ? AS aux", (aux,))
         except sqlite3.Error as e:
             err_a = str(e)
         proc = multiprocessing.get_context("fork").Process(target=advance_elsewhere,
@@ -300,7 +307,9 @@ def attached(mode):
         # the invariant: A's write at 5 and B's advance to 6 did not both commit
         ok(not (a_rows and highest == 6),
            "%s: an equal accept then a write through an attached schema (%s file%s) does "
-           "not commit after a newer token" % (mode, target, ", main read first" if read_first else ""),
+           "not commit after a newer token" % (mode, target, ", main read first" if read_first
+                                               else ", attached inside the transaction after the "
+                                               "accept" if inside else ""),
            "A wrote %d rows, highest %s, A's error %r" % (a_rows, highest, err_a))
 
 
