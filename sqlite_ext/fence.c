@@ -784,9 +784,11 @@ hintSlot(const char *z, int n)
  * main's write lock whatever the token: an attached database has a pager
  * of its own, and a write through it starts on the newest snapshot, so the
  * snapshot main's read pinned would not stop the transaction from
- * committing a write after a newer token committed (WAL). ATTACH is not
- * allowed inside a transaction, so what the first accept sees holds for the
- * whole transaction. sqlite3_db_name is 3.39's; before it, assume there is.
+ * committing a write after a newer token committed (WAL). SQLite lets ATTACH
+ * run inside a transaction too, after its accepts: a commit that then wrote
+ * an attached database with main only read-locked is refused
+ * (unpinnedAttachedWrite, fence_held.c). sqlite3_db_name is 3.39's; before
+ * it, assume there is.
  */
 static int
 otherSchemaAttached(sqlite3 *db)

@@ -454,19 +454,56 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 }
 
 /*
+ * The attached database this transaction writes while it holds a fence
+ * with main only read-locked, or NULL. An equal accept takes no write
+ * lock: main's snapshot is what keeps a later write to main from
+ * committing after a newer token (fence.c). An attached database has a
+ * pager of its own, which starts a write on its newest snapshot, so an
+ * accept made with one attached takes main's write lock first. But SQLite
+ * lets ATTACH run inside a transaction, after its accepts: then the write
+ * through the attachment is pinned by nothing. (Before 3.39, which has no
+ * sqlite3_db_name, every accept takes main's write lock.)
+ */
+static const char *
+unpinnedAttachedWrite(FenceConn *conn)
+{
+	const char *zName;
+	int			i;
+
+	if (conn->held.n_entries == 0 || sqlite3_libversion_number() < 3039000 ||
+		sqlite3_db_name(conn->db, 2) == NULL ||
+		sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_WRITE)
+		return NULL;
+	for (i = 2; (zName = sqlite3_db_name(conn->db, i)) != NULL; i++)
+		if (sqlite3_txn_state(conn->db, zName) == SQLITE_TXN_WRITE)
+			return zName;
+	return NULL;
+}
+
+/*
  * Phase one of a commit: a transaction in which fence lost track of its
- * fences (out of memory) may not commit at all. An error here makes SQLite
- * roll the whole transaction back.
+ * fences (out of memory) may not commit at all, nor one that wrote an
+ * attached database unpinned (above). An error here makes SQLite roll the
+ * whole transaction back.
  */
 static int
 heldSync(sqlite3_vtab *pVtab)
 {
 	FenceConn  *conn = vtabConn(pVtab);
+	const char *zAttached;
 
-	if (!conn->bBroken)
+	if (!conn->bBroken && (zAttached = unpinnedAttachedWrite(conn)) == NULL)
 		return SQLITE_OK;
 	sqlite3_free(pVtab->zErrMsg);
-	pVtab->zErrMsg = sqlite3_mprintf("%s", FENCE_BROKEN_MSG);
+	if (conn->bBroken)
+		pVtab->zErrMsg = sqlite3_mprintf("%s", FENCE_BROKEN_MSG);
+	else
+		pVtab->zErrMsg = sqlite3_mprintf("fence: this transaction wrote the attached database "
+										 "\"%s\", which was attached after its fence was "
+										 "taken without main's write lock: nothing keeps that "
+										 "write from committing after a newer token, so the "
+										 "transaction is rolled back; ATTACH before the "
+										 "transaction's first fence_check", zAttached);
 	return SQLITE_ERROR;
 }
 
