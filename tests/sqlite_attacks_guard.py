@@ -369,6 +369,93 @@ def rename_attack(how, legacy, inside):
     c.close()
 
 
+def column_rename_attacks():
+    """A migration that moves a UNIQUE index's column name to another column
+    (RENAME COLUMN, ADD COLUMN) and makes the index again under its old name:
+    the recorded indexes then match by name, but the guard's look-ups,
+    which SQLite rewrote with the renames, follow the old column. A REPLACE
+    through the new index must not delete the row of acct:victim (highest
+    50) under acct:atk's token (attacker round 10)."""
+    # (what moves the name, the REPLACE's values): the new index holds 'w1'
+    # for the victim's row; renamed to "email", the token column holds 50
+    moves = {
+        "another column renamed to its name":
+            (["ALTER TABLE acct RENAME COLUMN w TO email"], "email = 'w1', tok = 50"),
+        "a new column of its name":
+            (["ALTER TABLE acct ADD COLUMN email TEXT"], "email = 'w1', tok = 50"),
+        "the token column renamed to its name":
+            (["ALTER TABLE acct RENAME COLUMN tok TO email", "ALTER TABLE acct ADD COLUMN tok TEXT"],
+             "email = 50"),
+    }
+    for i, (what, (move, values)) in enumerate(sorted(moves.items())):
+        cols = [v.split(" = ")[0] for v in values.split(", ")]
+        vals = [v.split(" = ")[1] for v in values.split(", ")]
+        for form in ("INSERT OR REPLACE INTO acct(k, %s) VALUES ('atk', %s)"
+                     % (", ".join(cols), ", ".join(vals)),
+                     "UPDATE OR REPLACE acct SET %s WHERE k = 'atk'" % values):
+            path = os.path.join(work, "colren-%d-%d.db" % (i, form.startswith("UPDATE")))
+            c = connect(path)
+            c.executescript("""
+                CREATE TABLE acct(k TEXT PRIMARY KEY, email TEXT, w TEXT, tok INTEGER);
+                CREATE UNIQUE INDEX u_email ON acct(email);
+                SELECT fence_protect('acct', 'tok', 'acct:', 'k');
+                INSERT INTO acct VALUES ('victim', 'e1', 'w1', 50);
+                INSERT INTO acct VALUES ('atk', 'a0', 'w0', 5);
+            """)
+            c.close()
+            m = connect(path)
+            script(m, ["DROP INDEX u_email", "ALTER TABLE acct RENAME COLUMN email TO email_old"]
+                   + move + ["CREATE UNIQUE INDEX u_email ON acct(email)"])
+            # the victim's own holder gives its row a value in the new column
+            if "tok" not in " ".join(move):
+                script(m, ["BEGIN", "SELECT fence_check('acct:victim', 50)",
+                           "UPDATE acct SET email = 'w1' WHERE k = 'victim'", "COMMIT"])
+            m.close()
+            c = connect(path)
+            err = script(c, ["BEGIN", form, "COMMIT"])
+            attempt(c, "ROLLBACK")
+            c.close()
+            rows, tokens = committed(path, "acct")
+            ok(any(r[0] == "victim" for r in rows) and ("acct:victim", 50) in tokens,
+               "a UNIQUE index made again on %s, after its column was renamed away: %s "
+               "cannot delete the row of acct:victim" % (what, form.split(" acct")[0]),
+               "error: %r\nrows: %r\ntokens: %r" % (err, rows, tokens))
+    # what must keep working: the names of two indexed columns swapped and the
+    # indexes made again on them (each index still has its look-up), and a
+    # column no index names renamed
+    path = os.path.join(work, "colren-swap.db")
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE acct(k TEXT PRIMARY KEY, a TEXT, b TEXT, n TEXT, tok INTEGER);
+        CREATE UNIQUE INDEX u_a ON acct(a);
+        CREATE UNIQUE INDEX u_b ON acct(b);
+        SELECT fence_protect('acct', 'tok', 'acct:', 'k');
+        INSERT INTO acct VALUES ('victim', 'a1', 'b1', 'n1', 50);
+        INSERT INTO acct VALUES ('atk', 'a0', 'b0', 'n0', 5);
+        DROP INDEX u_a;
+        DROP INDEX u_b;
+        ALTER TABLE acct RENAME COLUMN a TO t;
+        ALTER TABLE acct RENAME COLUMN b TO a;
+        ALTER TABLE acct RENAME COLUMN t TO b;
+        ALTER TABLE acct RENAME COLUMN n TO n2;
+        CREATE UNIQUE INDEX u_a ON acct(a);
+        CREATE UNIQUE INDEX u_b ON acct(b);
+    """)
+    c.close()
+    c = connect(path)
+    err_ok = script(c, ["BEGIN", "UPDATE acct SET n2 = 'x', tok = 5 WHERE k = 'atk'", "COMMIT"])
+    attempt(c, "ROLLBACK")
+    err_replace = script(c, ["BEGIN", "INSERT OR REPLACE INTO acct VALUES ('atk', 'zz', 'b1', 'n', 6)",
+                             "COMMIT"])
+    attempt(c, "ROLLBACK")
+    c.close()
+    rows, tokens = committed(path, "acct")
+    ok(err_ok is None and err_replace is not None and any(r[0] == "victim" for r in rows),
+       "two indexed columns' names swapped and their indexes made again: writes go on, and "
+       "a REPLACE through either index is still looked up (the row of acct:victim stays)",
+       "plain write: %r\nREPLACE: %r\nrows: %r" % (err_ok, err_replace, rows))
+
+
 def unique_inside_attacks():
     """A UNIQUE index created, dropped, or made again on another column in the
     transaction that already wrote the per-row guarded table (after its first
@@ -846,7 +933,7 @@ def guards_uniques_attacks():
 def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
-                     rename_attacks, unique_inside_attacks, affinity_attacks, planted_attacks, blob_attacks,
+                     rename_attacks, unique_inside_attacks, column_rename_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
             try:
