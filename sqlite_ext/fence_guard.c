@@ -521,6 +521,171 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 	return bOk;
 }
 
+/* Does zHay contain zNeedle, ASCII case aside (SQL names are case-insensitive)? */
+static int
+containsNoCase(const char *zHay, const char *zNeedle)
+{
+	size_t		n = strlen(zNeedle);
+
+	for (; *zHay; zHay++)
+		if (sqlite3_strnicmp(zHay, zNeedle, (int) n) == 0)
+			return 1;
+	return n == 0;
+}
+
+/*
+ * A per-row guard's REPLACE look-ups (fence_protect.c, conflictTerms): one
+ * per UNIQUE index the table had, "c."col" = NEW."col" COLLATE "coll"" for
+ * each of its columns, AND-joined. They name the columns as identifiers,
+ * which RENAME COLUMN rewrites; the record of the indexes (fence_guards,
+ * the RAISE text) names them in strings, which it does not. So the record
+ * can match the indexes there are now while a look-up follows another
+ * column: the indexed column renamed away, and another column (renamed,
+ * added, the token column) given its name and indexed again under the old
+ * index name. Each trigger of the guard that looks up (shape 4) must hold
+ * the look-up of every UNIQUE index there is now, over exactly its
+ * columns; an index on one column, BINARY, may instead be on the key,
+ * which its look-ups pass to the guard ("G, 'P', c."K""): such an index
+ * holds only the row's own key. Returns 1, or 0 with an error set.
+ */
+static int
+checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
+				  const char *zPrefix)
+{
+	sqlite3_stmt *idx = NULL;
+	sqlite3_stmt *trg = NULL;
+	char	   *zIndex = NULL;	/* the index whose look-up is being built */
+	char	   *zTerm = NULL;	/* its look-up */
+	char	   *zKeyCall = NULL;	/* a one-column BINARY index: the key, as passed */
+	char	   *zMissing = NULL;	/* the first index not looked up, and where */
+	int			bSentinel = 0;
+	int			rc;
+
+	/*
+	 * Every read proves itself, as in fenceUniqueSignature: a sentinel row
+	 * ends each list (a skipped SELECT has none), and no value may be NULL.
+	 */
+	rc = sqlite3_prepare_v2(conn->db,
+							"SELECT 0, name, sql FROM main.sqlite_schema WHERE type = 'trigger' "
+							"AND name GLOB 'fence:' || ?1 || ':*' AND instr(sql, ?2) > 0 "
+							"AND instr(sql, ?3) > 0 UNION ALL SELECT 1, '', '' ORDER BY 1, 2",
+							-1, &trg, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(conn->db,
+								"SELECT 0, l.name, x.seqno, x.name, x.coll, "
+								"(SELECT count(*) FROM pragma_index_xinfo(l.name, 'main') AS y "
+								"WHERE y.key) FROM pragma_index_list(?1, 'main') AS l, "
+								"pragma_index_xinfo(l.name, 'main') AS x "
+								"WHERE l.\"unique\" AND x.key "
+								"UNION ALL SELECT 1, '', 0, '', '', 0 ORDER BY 1, 2, 3",
+								-1, &idx, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_int64(trg, 1, id);
+		sqlite3_bind_text(trg, 2, FENCE_LOOKUP_ALIAS, -1, SQLITE_STATIC);
+		sqlite3_bind_text(trg, 3, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
+		sqlite3_bind_text(idx, 1, zTable, -1, SQLITE_STATIC);
+	}
+	while (rc == SQLITE_OK && zMissing == NULL && !bSentinel &&
+		   (rc = sqlite3_step(trg)) == SQLITE_ROW)
+	{
+		const char *zName = (const char *) sqlite3_column_text(trg, 1);
+		const char *zSql = (const char *) sqlite3_column_text(trg, 2);
+		int			bIdxSentinel = 0;
+
+		rc = SQLITE_OK;
+		if (sqlite3_column_int(trg, 0) == 1)
+		{
+			bSentinel = 1;
+			break;
+		}
+		if (zName == NULL || zSql == NULL)
+		{
+			zMissing = sqlite3_mprintf("the triggers read back NULL");
+			break;
+		}
+		/* one row per column of each index, then the sentinel: judge an index at its end */
+		while (rc == SQLITE_OK && zMissing == NULL && (rc = sqlite3_step(idx)) == SQLITE_ROW)
+		{
+			int			bEnd = sqlite3_column_int(idx, 0) == 1;
+			const char *zIdx = (const char *) sqlite3_column_text(idx, 1);
+			const char *zCol = (const char *) sqlite3_column_text(idx, 3);
+			const char *zColl = (const char *) sqlite3_column_text(idx, 4);
+
+			rc = SQLITE_OK;
+			if (zIdx == NULL || zCol == NULL || zColl == NULL)
+			{
+				zMissing = sqlite3_mprintf("the UNIQUE indexes read back NULL");
+				break;
+			}
+			if (zIndex != NULL && (bEnd || strcmp(zIndex, zIdx) != 0))
+			{
+				if (zTerm == NULL || (!containsNoCase(zSql, zTerm) &&
+									  (zKeyCall == NULL || !containsNoCase(zSql, zKeyCall))))
+					zMissing = sqlite3_mprintf("UNIQUE index \"%s\" in trigger \"%s\"",
+											   zIndex, zName);
+				sqlite3_free(zIndex);
+				sqlite3_free(zTerm);
+				sqlite3_free(zKeyCall);
+				zIndex = zTerm = zKeyCall = NULL;
+				if (zMissing != NULL)
+					break;
+			}
+			if (bEnd)
+			{
+				bIdxSentinel = 1;
+				break;
+			}
+			if (zIndex == NULL)
+			{
+				zIndex = sqlite3_mprintf("%s", zIdx);
+				zTerm = sqlite3_mprintf("c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"", zCol, zCol, zColl);
+				if (sqlite3_column_int(idx, 5) == 1 && sqlite3_stricmp(zColl, "BINARY") == 0)
+					zKeyCall = sqlite3_mprintf("%lld, %Q, c.\"%w\"", (long long) id, zPrefix, zCol);
+			}
+			else
+			{
+				char	   *z = zTerm ? sqlite3_mprintf("%s AND c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
+														zTerm, zCol, zCol, zColl) : NULL;
+
+				sqlite3_free(zTerm);
+				zTerm = z;
+			}
+			if (zIndex == NULL || zTerm == NULL)
+				rc = SQLITE_NOMEM;
+		}
+		if (rc == SQLITE_OK && zMissing == NULL && !bIdxSentinel)
+			zMissing = sqlite3_mprintf("the UNIQUE indexes could not be read whole");
+		sqlite3_reset(idx);
+	}
+	if (rc == SQLITE_OK && zMissing == NULL && !bSentinel)
+		zMissing = sqlite3_mprintf("the guard's triggers could not be read whole");
+	sqlite3_free(zIndex);
+	sqlite3_free(zTerm);
+	sqlite3_free(zKeyCall);
+	sqlite3_finalize(trg);
+	sqlite3_finalize(idx);
+	if (rc != SQLITE_OK && rc != SQLITE_DONE)
+	{
+		sqlite3_free(zMissing);
+		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers and UNIQUE "
+										"indexes of \"%s\": %s", (long long) id, zTable,
+										sqlite3_errmsg(conn->db)));
+		return 0;
+	}
+	if (zMissing != NULL)
+	{
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" does not look up the "
+							   "rows a REPLACE would delete through each UNIQUE index as it is "
+							   "now (%s; was a column renamed and another given its name?); "
+							   "run fence_protect on \"%s\" again", zTable, zMissing, zTable));
+		sqlite3_free(zMissing);
+		return 0;
+	}
+	return 1;
+}
+
 /*
  * Every schema's objects that name a guard function must be fence's own
  * guard triggers, each backed by its schema's fence_guards.
@@ -796,6 +961,10 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	if (ok && !checkGuardShape(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3),
 							   bKeyed ? NULL : (const char *) sqlite3_column_text(stmt, 0),
 							   (const char *) sqlite3_column_text(stmt, 2), &bCounted))
+		ok = 0;
+	if (ok && bKeyed && strcmp((const char *) sqlite3_column_text(stmt, 2), "*") != 0 &&
+		!checkLookupsCover(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3),
+						   (const char *) sqlite3_column_text(stmt, 0)))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
