@@ -456,6 +456,47 @@ def column_rename_attacks():
        "plain write: %r\nREPLACE: %r\nrows: %r" % (err_ok, err_replace, rows))
 
 
+def rowid_column_attacks():
+    """A column named rowid hides the rowid from a per-row guard's look-ups
+    ("c.rowid = NEW.rowid" reads the column): a REPLACE or UPDATE OR REPLACE
+    onto another row's real rowid (through oid) must not delete that row of
+    r:victim (highest 100) under r:attacker's token (attacker round 11)."""
+    for how in ("made with it", "renamed to it after fence_protect"):
+        for form in ("INSERT OR REPLACE INTO t(oid, k, tok, rowid) VALUES (1, 'attacker', 1, 999)",
+                     "UPDATE OR REPLACE t SET oid = 1, tok = 1 WHERE k = 'attacker'"):
+            path = os.path.join(work, "rowidcol-%d-%d.db" % (how.startswith("made"),
+                                                             form.startswith("UPDATE")))
+            c = connect(path)
+            c.execute("CREATE TABLE t(k TEXT, tok INTEGER, %s INTEGER)"
+                      % ("rowid" if how.startswith("made") else "x"))
+            err_protect = attempt(c, "SELECT fence_protect('t', 'tok', 'r:', 'k')")
+            if not how.startswith("made"):
+                c.execute("ALTER TABLE t RENAME COLUMN x TO rowid")
+            # the victim's own holder writes its row (refused too if the guard refuses)
+            attempt(c, "INSERT INTO t(oid, k, tok, rowid) VALUES (1, 'victim', 100, 5)")
+            attempt(c, "INSERT INTO t(oid, k, tok, rowid) VALUES (2, 'attacker', 1, 6)")
+            err = script(c, ["BEGIN", "SELECT fence_check('r:attacker', 1)", form, "COMMIT"])
+            attempt(c, "ROLLBACK")
+            c.close()
+            if err_protect is not None:
+                # refused at protect time: the table is left unguarded, as said
+                c = connect(path, load=False)
+                n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+                c.close()
+                ok("rowid" in err_protect and n == 0,
+                   "a column named rowid, %s: fence_protect refuses a per-row guard" % how,
+                   err_protect)
+                continue
+            c = connect(path, load=False)
+            rows = c.execute("SELECT oid, k FROM t ORDER BY 1").fetchall()
+            tokens = c.execute("SELECT resource, token FROM fence_tokens ORDER BY 1").fetchall()
+            c.close()
+            # the victim's row, if its write got through, is still there
+            ok((1, "victim") in rows or ("r:victim", 100) not in tokens,
+               "a column named rowid, %s: %s cannot delete the row of r:victim"
+               % (how, form.split(" t")[0]), "error: %r\nrows: %r\ntokens: %r" % (err, rows, tokens))
+
+
 def unique_inside_attacks():
     """A UNIQUE index created, dropped, or made again on another column in the
     transaction that already wrote the per-row guarded table (after its first
@@ -933,7 +974,8 @@ def guards_uniques_attacks():
 def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
-                     rename_attacks, unique_inside_attacks, column_rename_attacks, affinity_attacks, planted_attacks, blob_attacks,
+                     rename_attacks, unique_inside_attacks, column_rename_attacks,
+                     rowid_column_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
             try:
