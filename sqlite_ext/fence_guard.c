@@ -534,6 +534,41 @@ containsNoCase(const char *zHay, const char *zNeedle)
 }
 
 /*
+ * Does main.zTable have a column named rowid (any case)? A per-row guard's
+ * look-ups name the row by "rowid" ("c.rowid = NEW.rowid", "c.rowid <>
+ * OLD.rowid"), which a column of that name takes over from the real rowid:
+ * a REPLACE onto another row's rowid (through oid or _rowid_) would find
+ * nothing to check. 1 or 0 in *pbHas; an error when the read came back
+ * blinded (a NULL name, or no row at all: every table has a column).
+ */
+int
+fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			rc;
+
+	*pbHas = 0;
+	rc = sqlite3_prepare_v2(db, "SELECT count(*), count(name), "
+							"count(CASE WHEN name = 'rowid' COLLATE NOCASE THEN 1 END) "
+							"FROM pragma_table_xinfo(?1, 'main')", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		rc = sqlite3_step(stmt);
+		if (rc == SQLITE_ROW && sqlite3_column_int(stmt, 0) > 0 &&
+			sqlite3_column_int(stmt, 0) == sqlite3_column_int(stmt, 1))
+		{
+			*pbHas = sqlite3_column_int(stmt, 2) > 0;
+			rc = SQLITE_OK;
+		}
+		else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
+			rc = FENCE_RC_INVALID;	/* blinded or skipped */
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/*
  * A per-row guard's REPLACE look-ups (fence_protect.c, conflictTerms): one
  * per UNIQUE index the table had, "c."col" = NEW."col" COLLATE "coll"" for
  * each of its columns, AND-joined. They name the columns as identifiers,
@@ -559,7 +594,24 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 	char	   *zKeyCall = NULL;	/* a one-column BINARY index: the key, as passed */
 	char	   *zMissing = NULL;	/* the first index not looked up, and where */
 	int			bSentinel = 0;
+	int			bRowidColumn = 0;
 	int			rc;
+
+	rc = fenceHasRowidColumn(conn->db, zTable, &bRowidColumn);
+	if (rc != SQLITE_OK || bRowidColumn)
+	{
+		refuse(ctx, FENCE_RC_INVALID,
+			   rc != SQLITE_OK ?
+			   sqlite3_mprintf("fence guard refused: the columns of \"%s\" read back blinded "
+							   "or not at all (an authorizer that answers SQLITE_IGNORE to "
+							   "reads of pragma_table_xinfo?); let the authorizer allow them",
+							   zTable) :
+			   sqlite3_mprintf("fence guard refused: \"%s\" has a column named rowid, which "
+							   "hides the rowid its guard's look-ups read, so a REPLACE onto "
+							   "another row's rowid would go unchecked; rename the column",
+							   zTable));
+		return 0;
+	}
 
 	/*
 	 * Every read proves itself, as in fenceUniqueSignature: a sentinel row

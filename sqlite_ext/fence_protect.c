@@ -1103,6 +1103,26 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 									zCanonical, FENCE_LOOKUP_ALIAS));
 		goto done;
 	}
+	/* a per-row guard's look-ups name the row by rowid (fence_guard.c) */
+	if (spec.zKeyColumn)
+	{
+		int			bRowidColumn = 0;
+		int			rc = fenceHasRowidColumn(db, zCanonical, &bRowidColumn);
+
+		if (rc != SQLITE_OK || bRowidColumn)
+		{
+			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
+						rc == SQLITE_OK ?
+						sqlite3_mprintf("fence_protect: \"%s\" has a column named rowid, which "
+										"hides the rowid a per-row guard's look-ups read; "
+										"rename the column; the table is left unguarded",
+										zCanonical) :
+						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\" "
+										"(an authorizer?); the table is left unguarded",
+										zCanonical));
+			goto done;
+		}
+	}
 	if ((spec.zTokenColumn && !lookupColumn(ctx, zCanonical, spec.zTokenColumn, NULL)) ||
 		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)) ||
 		!checkColumnTypes(ctx, &spec) ||

@@ -374,6 +374,7 @@ void		fenceGuardRolledBack(FenceConn *conn);
 int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
+int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
 /* fence_protect.c */
 char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques);
 
