@@ -500,6 +500,59 @@ def rowid_column_attacks():
                % (how, form.split(" t")[0]), "error: %r\nrows: %r\ntokens: %r" % (err, rows, tokens))
 
 
+def crafted_lookup_attacks():
+    """Look-up text where no look-up is: index names are free text, and the
+    record of the UNIQUE indexes (which the triggers repeat in their RAISE
+    message) carries them raw. An index named so that the old record reads
+    like the new set of indexes, and carrying the text of a look-up the
+    guard does not make; or a prefix carrying it. A REPLACE through the
+    NOCASE index on x, which the guard never looks up, must not delete
+    alice's row (k:alice at 9) under k:bob's token (attacker round 12)."""
+    def qi(name):
+        return '"' + name.replace('"', '""') + '"'
+
+    def fake(col, coll):
+        return 'FROM "t" AS c WHERE c."%s" = NEW."%s" COLLATE "%s") IS 0' % (col, col, coll)
+
+    new_name = "v " + fake("x", "nocase") + " AND " + fake("y", "BINARY")
+    cases = {
+        "an index name carrying look-up text, the old record reading as the new indexes":
+            ("k:", ["CREATE UNIQUE INDEX %s ON t(y)" % qi("u(x nocase)," + new_name)],
+             ["DROP INDEX %s" % qi("u(x nocase)," + new_name),
+              "CREATE UNIQUE INDEX u ON t(x COLLATE nocase)",
+              "CREATE UNIQUE INDEX %s ON t(y)" % qi(new_name)]),
+        "the resource prefix carrying look-up text":
+            ("k:" + fake("x", "nocase"), ["CREATE UNIQUE INDEX u ON t(y)"],
+             ["CREATE UNIQUE INDEX u2 ON t(x COLLATE nocase)"]),
+        "a composite index's look-up standing for its first column alone":
+            ("k:", ["CREATE UNIQUE INDEX %s ON t(x COLLATE nocase, y)" % qi("p(x nocase),q")],
+             ["DROP INDEX %s" % qi("p(x nocase),q"), "CREATE UNIQUE INDEX p ON t(x COLLATE nocase)",
+              "CREATE UNIQUE INDEX q ON t(x COLLATE nocase, y)"]),
+    }
+    for i, (what, (prefix, before, after)) in enumerate(sorted(cases.items())):
+        path = os.path.join(work, "crafted-%d.db" % i)
+        c = connect(path)
+        c.execute("CREATE TABLE t(k TEXT, tok INTEGER, x TEXT, y TEXT)")
+        for sql in before:
+            c.execute(sql)
+        c.execute("SELECT fence_protect('t', 'tok', ?, 'k')", (prefix,))
+        c.execute("INSERT INTO t VALUES ('alice', 9, 'X', 'a')")
+        for sql in after:
+            c.execute(sql)
+        c.close()
+        c = connect(path)
+        err = script(c, ["BEGIN", "SELECT fence_check(?, 1)" .replace("?", "'" + (prefix + "bob").replace("'", "''") + "'"),
+                         "INSERT OR REPLACE INTO t VALUES ('bob', 1, 'x', 'b')", "COMMIT"])
+        attempt(c, "ROLLBACK")
+        c.close()
+        c = connect(path, load=False)
+        rows = c.execute("SELECT k, tok, x, y FROM t ORDER BY 1").fetchall()
+        c.close()
+        ok(("alice", 9, "X", "a") in rows,
+           "%s: a REPLACE through an index the guard does not look up is refused" % what,
+           "error: %r\nrows: %r" % (err, rows))
+
+
 def unique_inside_attacks():
     """A UNIQUE index created, dropped, or made again on another column in the
     transaction that already wrote the per-row guarded table (after its first
@@ -978,7 +1031,7 @@ def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
-                     rowid_column_attacks, affinity_attacks, planted_attacks, blob_attacks,
+                     rowid_column_attacks, crafted_lookup_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
             try:
