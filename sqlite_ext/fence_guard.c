@@ -534,6 +534,83 @@ containsNoCase(const char *zHay, const char *zNeedle)
 }
 
 /*
+ * A copy of a trigger's SQL with every string literal emptied ('') and
+ * every comment dropped: what is left is SQL fence's generator wrote (or
+ * SQLite's RENAME rewrote), identifiers included. Free text (an index name
+ * in the RAISE message's record, a resource prefix) lives only in literals,
+ * so it cannot pose as a look-up. NULL when out of memory.
+ */
+static char *
+sqlWithoutLiterals(const char *zSql)
+{
+	size_t		n = strlen(zSql);
+	char	   *zOut = sqlite3_malloc64(n + 1);
+	char	   *o = zOut;
+	const char *z = zSql;
+
+	if (zOut == NULL)
+		return NULL;
+	while (*z)
+	{
+		if (*z == '\'' || *z == '"')
+		{
+			char		q = *z;
+			int			bKeep = q == '"';	/* identifiers stay, literals go */
+
+			*o++ = *z++;
+			while (*z && !(z[0] == q && z[1] != q))
+			{
+				if (z[0] == q)		/* a doubled quote: one character of the token */
+				{
+					if (bKeep)
+						*o++ = *z;
+					z++;
+				}
+				if (bKeep)
+					*o++ = *z;
+				z++;
+			}
+			if (*z)
+				*o++ = *z++;
+		}
+		else if (z[0] == '/' && z[1] == '*')
+		{
+			const char *zEnd = strstr(z + 2, "*/");
+
+			z = zEnd ? zEnd + 2 : z + strlen(z);
+			*o++ = ' ';
+		}
+		else
+			*o++ = *z++;
+	}
+	*o = '\0';
+	return zOut;
+}
+
+/*
+ * Is zTerm a whole look-up in zSql (literals emptied)? fence_protect writes
+ * an INSERT trigger's as "FROM "T" AS c WHERE <term>) IS 0" and an UPDATE
+ * trigger's as "WHERE (<changed>) AND <term> AND <not OLD>) IS 0"; matching
+ * the text around the term tells a one-column index's look-up from the first
+ * or last column of a composite one's.
+ */
+static int
+holdsLookup(const char *zSql, const char *zTerm)
+{
+	char	   *zIns = sqlite3_mprintf("%s%s) IS 0", FENCE_LOOKUP_ALIAS, zTerm);
+	char	   *zUpd = sqlite3_mprintf(") AND %s AND c.rowid <> OLD.rowid) IS 0", zTerm);
+	char	   *zUpdNoRowid = sqlite3_mprintf(") AND %s AND NOT (1 AND ", zTerm);
+	int			bHolds = zIns && zUpd && zUpdNoRowid &&
+		(containsNoCase(zSql, zIns) || containsNoCase(zSql, zUpd) ||
+		 containsNoCase(zSql, zUpdNoRowid));
+
+	sqlite3_free(zIns);
+	sqlite3_free(zUpd);
+	sqlite3_free(zUpdNoRowid);
+	return bHolds;
+}
+
+/*
  * Does main.zTable have a column named rowid (any case)? A per-row guard's
  * look-ups name the row by "rowid" ("c.rowid = NEW.rowid", "c.rowid <>
  * OLD.rowid"), which a column of that name takes over from the real rowid:
@@ -579,13 +656,13 @@ fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
  * added, the token column) given its name and indexed again under the old
  * index name. Each trigger of the guard that looks up (shape 4) must hold
  * the look-up of every UNIQUE index there is now, over exactly its
- * columns; an index on one column, BINARY, may instead be on the key,
- * which its look-ups pass to the guard ("G, 'P', c."K""): such an index
- * holds only the row's own key. Returns 1, or 0 with an error set.
+ * columns (holdsLookup), in the trigger's text without its literals; an
+ * index on one column, BINARY, may instead be on the key, which its
+ * look-ups pass to the guard ("(G, 'P', c."K""): such an index holds only
+ * the row's own key. Returns 1, or 0 with an error set.
  */
 static int
-checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
-				  const char *zPrefix)
+checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable)
 {
 	sqlite3_stmt *idx = NULL;
 	sqlite3_stmt *trg = NULL;
@@ -622,6 +699,7 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 							"AND name GLOB 'fence:' || ?1 || ':*' AND instr(sql, ?2) > 0 "
 							"AND instr(sql, ?3) > 0 UNION ALL SELECT 1, '', '' ORDER BY 1, 2",
 							-1, &trg, NULL);
+	/* (?2 may match inside a literal only: such a trigger is skipped below) */
 	if (rc == SQLITE_OK)
 		rc = sqlite3_prepare_v2(conn->db,
 								"SELECT 0, l.name, x.seqno, x.name, x.coll, "
@@ -642,7 +720,8 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 		   (rc = sqlite3_step(trg)) == SQLITE_ROW)
 	{
 		const char *zName = (const char *) sqlite3_column_text(trg, 1);
-		const char *zSql = (const char *) sqlite3_column_text(trg, 2);
+		const char *zRaw = (const char *) sqlite3_column_text(trg, 2);
+		char	   *zSql;
 		int			bIdxSentinel = 0;
 
 		rc = SQLITE_OK;
@@ -651,10 +730,21 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 			bSentinel = 1;
 			break;
 		}
-		if (zName == NULL || zSql == NULL)
+		if (zName == NULL || zRaw == NULL)
 		{
 			zMissing = sqlite3_mprintf("the triggers read back NULL");
 			break;
+		}
+		zSql = sqlWithoutLiterals(zRaw);
+		if (zSql == NULL)
+		{
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		if (!containsNoCase(zSql, FENCE_LOOKUP_ALIAS))
+		{
+			sqlite3_free(zSql);		/* the alias was in a literal: no look-ups */
+			continue;
 		}
 		/* one row per column of each index, then the sentinel: judge an index at its end */
 		while (rc == SQLITE_OK && zMissing == NULL && (rc = sqlite3_step(idx)) == SQLITE_ROW)
@@ -672,7 +762,7 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 			}
 			if (zIndex != NULL && (bEnd || strcmp(zIndex, zIdx) != 0))
 			{
-				if (zTerm == NULL || (!containsNoCase(zSql, zTerm) &&
+				if (zTerm == NULL || (!holdsLookup(zSql, zTerm) &&
 									  (zKeyCall == NULL || !containsNoCase(zSql, zKeyCall))))
 					zMissing = sqlite3_mprintf("UNIQUE index \"%s\" in trigger \"%s\"",
 											   zIndex, zName);
@@ -693,7 +783,7 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 				zIndex = sqlite3_mprintf("%s", zIdx);
 				zTerm = sqlite3_mprintf("c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"", zCol, zCol, zColl);
 				if (sqlite3_column_int(idx, 5) == 1 && sqlite3_stricmp(zColl, "BINARY") == 0)
-					zKeyCall = sqlite3_mprintf("%lld, %Q, c.\"%w\"", (long long) id, zPrefix, zCol);
+					zKeyCall = sqlite3_mprintf("(%lld, '', c.\"%w\"", (long long) id, zCol);
 			}
 			else
 			{
@@ -709,6 +799,7 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 		if (rc == SQLITE_OK && zMissing == NULL && !bIdxSentinel)
 			zMissing = sqlite3_mprintf("the UNIQUE indexes could not be read whole");
 		sqlite3_reset(idx);
+		sqlite3_free(zSql);
 	}
 	if (rc == SQLITE_OK && zMissing == NULL && !bSentinel)
 		zMissing = sqlite3_mprintf("the guard's triggers could not be read whole");
@@ -1015,8 +1106,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   (const char *) sqlite3_column_text(stmt, 2), &bCounted))
 		ok = 0;
 	if (ok && bKeyed && strcmp((const char *) sqlite3_column_text(stmt, 2), "*") != 0 &&
-		!checkLookupsCover(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3),
-						   (const char *) sqlite3_column_text(stmt, 0)))
+		!checkLookupsCover(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
