@@ -553,6 +553,51 @@ def crafted_lookup_attacks():
            "error: %r\nrows: %r" % (err, rows))
 
 
+def collation_compare_attacks():
+    """An UPDATE's look-up runs only when the row's indexed columns changed
+    ("NEW.b IS NOT OLD.b"), and skips the row being updated ("c.a IS OLD.a",
+    WITHOUT ROWID): both comparisons took the column's declared collation
+    (NOCASE, RTRIM), under which 'x' and 'X' are equal, while the index or
+    primary key is BINARY. An UPDATE OR REPLACE fenced on r:w at 5 must not
+    delete the row of r:v (highest 100) (attacker round 13)."""
+    cases = {
+        "the changed-columns test, NOCASE column, BINARY index":
+            ("CREATE TABLE t(k TEXT, tok INTEGER, b TEXT COLLATE NOCASE, u TEXT);"
+             "CREATE UNIQUE INDEX ib ON t(b COLLATE BINARY)",
+             "('v', 100, 'X', 'u1')", "('w', 5, 'x', 'u2')", "SET b = 'X'"),
+        "the changed-columns test with the token set too":
+            ("CREATE TABLE t(k TEXT, tok INTEGER, b TEXT COLLATE NOCASE, u TEXT);"
+             "CREATE UNIQUE INDEX ib ON t(b COLLATE BINARY)",
+             "('v', 100, 'X', 'u1')", "('w', 5, 'x', 'u2')", "SET tok = 5, b = 'X'"),
+        "the changed-columns test, RTRIM column, BINARY index":
+            ("CREATE TABLE t(k TEXT, tok INTEGER, b TEXT COLLATE RTRIM, u TEXT);"
+             "CREATE UNIQUE INDEX ib ON t(b COLLATE BINARY)",
+             "('v', 100, 'x ', 'u1')", "('w', 5, 'x', 'u2')", "SET b = 'x '"),
+        "the updated row's own exclusion, WITHOUT ROWID, NOCASE column, BINARY key":
+            ("CREATE TABLE t(k TEXT, tok INTEGER, a TEXT COLLATE NOCASE, u TEXT UNIQUE,"
+             " PRIMARY KEY (a COLLATE BINARY)) WITHOUT ROWID",
+             "('v', 100, 'X', 'u1')", "('w', 5, 'x', 'u2')", "SET u = 'u1'"),
+    }
+    for i, (what, (ddl, victim, mine, setter)) in enumerate(sorted(cases.items())):
+        path = os.path.join(work, "collcmp-%d.db" % i)
+        c = connect(path)
+        c.executescript(ddl)
+        c.execute("SELECT fence_protect('t', 'tok', 'r:', 'k')")
+        c.execute("INSERT INTO t VALUES %s" % victim)
+        c.execute("INSERT INTO t VALUES %s" % mine)
+        c.close()
+        c = connect(path)
+        err = script(c, ["BEGIN", "SELECT fence_check('r:w', 5)",
+                         "UPDATE OR REPLACE t %s WHERE k = 'w'" % setter, "COMMIT"])
+        attempt(c, "ROLLBACK")
+        c.close()
+        c = connect(path, load=False)
+        keys = [r[0] for r in c.execute("SELECT k FROM t ORDER BY 1").fetchall()]
+        c.close()
+        ok("v" in keys, "%s: UPDATE OR REPLACE cannot delete the row of r:v" % what,
+           "error: %r\nkeys: %r" % (err, keys))
+
+
 def unique_inside_attacks():
     """A UNIQUE index created, dropped, or made again on another column in the
     transaction that already wrote the per-row guarded table (after its first
@@ -1031,7 +1076,8 @@ def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
-                     rowid_column_attacks, crafted_lookup_attacks, affinity_attacks, planted_attacks, blob_attacks,
+                     rowid_column_attacks, crafted_lookup_attacks,
+                     collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
             try:
