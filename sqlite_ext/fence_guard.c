@@ -588,6 +588,40 @@ sqlWithoutLiterals(const char *zSql)
 }
 
 /*
+ * Does every comparison with OLD in zSql (literals emptied) compare under
+ * BINARY? An UPDATE trigger's look-up runs only when "NEW."c" IS NOT
+ * OLD."c"" for one of the index's columns, and a WITHOUT ROWID table's skips
+ * the row being updated by "c."k" IS OLD."k""; under a column's NOCASE or
+ * RTRIM collation 'x' and 'X' compare equal where a BINARY index keeps them
+ * apart, and the row a REPLACE deletes went unchecked. fence_protect writes
+ * them with COLLATE "BINARY" since; a guard written before is refused.
+ */
+static int
+oldComparisonsBinary(const char *zSql)
+{
+	static const char *const azIs[] = {" IS OLD.\"", " IS NOT OLD.\""};
+	static const char zBinary[] = " COLLATE \"BINARY\"";
+	const char *z;
+	int			i;
+
+	for (z = zSql; *z; z++)
+		for (i = 0; i < 2; i++)
+		{
+			size_t		n = strlen(azIs[i]);
+			const char *q;
+
+			if (sqlite3_strnicmp(z, azIs[i], (int) n) != 0)
+				continue;
+			/* the identifier's end: a quote not doubled */
+			for (q = z + n; *q && !(q[0] == '"' && q[1] != '"'); q += q[0] == '"' ? 2 : 1)
+				;
+			if (*q == '\0' || sqlite3_strnicmp(q + 1, zBinary, (int) strlen(zBinary)) != 0)
+				return 0;
+		}
+	return 1;
+}
+
+/*
  * Is zTerm a whole look-up in zSql (literals emptied)? fence_protect writes
  * an INSERT trigger's as "FROM "T" AS c WHERE <term>) IS 0" and an UPDATE
  * trigger's as "WHERE (<changed>) AND <term> AND <not OLD>) IS 0"; matching
@@ -746,6 +780,13 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 			sqlite3_free(zSql);		/* the alias was in a literal: no look-ups */
 			continue;
 		}
+		if (!oldComparisonsBinary(zSql))
+		{
+			zMissing = sqlite3_mprintf("trigger \"%s\" compares with OLD under the columns' "
+									   "own collations, as an earlier 1.4 build wrote it", zName);
+			sqlite3_free(zSql);
+			break;
+		}
 		/* one row per column of each index, then the sentinel: judge an index at its end */
 		while (rc == SQLITE_OK && zMissing == NULL && (rc = sqlite3_step(idx)) == SQLITE_ROW)
 		{
@@ -821,7 +862,7 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" does not look up the "
 							   "rows a REPLACE would delete through each UNIQUE index as it is "
-							   "now (%s; was a column renamed and another given its name?); "
+							   "now (%s; a column renamed and another given its name?); "
 							   "run fence_protect on \"%s\" again", zTable, zMissing, zTable));
 		sqlite3_free(zMissing);
 		return 0;

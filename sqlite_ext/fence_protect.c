@@ -557,14 +557,16 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 				zIndex = sqlite3_mprintf("%s", zName);
 				zTerm = sqlite3_mprintf("c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"", zCol, zCol,
 										zColl ? zColl : "BINARY");
-				zChg = sqlite3_mprintf("NEW.\"%w\" IS NOT OLD.\"%w\"", zCol, zCol);
+				/* BINARY: under the column's own collation 'x' IS NOT 'X' is false */
+				zChg = sqlite3_mprintf("NEW.\"%w\" IS NOT OLD.\"%w\" COLLATE \"BINARY\"",
+									   zCol, zCol);
 			}
 			else
 			{
 				char	   *z = sqlite3_mprintf("%s AND c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
 												zTerm, zCol, zCol, zColl ? zColl : "BINARY");
-				char	   *y = sqlite3_mprintf("%s OR NEW.\"%w\" IS NOT OLD.\"%w\"",
-												zChg, zCol, zCol);
+				char	   *y = sqlite3_mprintf("%s OR NEW.\"%w\" IS NOT OLD.\"%w\" "
+												"COLLATE \"BINARY\"", zChg, zCol, zCol);
 
 				sqlite3_free(zTerm);
 				sqlite3_free(zChg);
@@ -627,7 +629,9 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 				{
 					if (witnessAdd(&zWitness, (const char *) sqlite3_column_text(stmt, 0)) != SQLITE_OK)
 						rc = SQLITE_NOMEM;
-					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\"", zNotOld,
+					/* BINARY: only the row itself, not one its collation calls equal */
+					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\" COLLATE \"BINARY\"",
+													zNotOld,
 													sqlite3_column_text(stmt, 0),
 													sqlite3_column_text(stmt, 0));
 
