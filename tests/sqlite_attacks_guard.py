@@ -596,6 +596,22 @@ def collation_compare_attacks():
         c.close()
         ok("v" in keys, "%s: UPDATE OR REPLACE cannot delete the row of r:v" % what,
            "error: %r\nkeys: %r" % (err, keys))
+    # a guard of the earlier form (its UPDATE triggers compare under the
+    # column's collation), remade here by DDL, is refused until protected again
+    path = os.path.join(work, "collcmp-old.db")
+    c = connect(path)
+    c.executescript("CREATE TABLE t(k TEXT, tok INTEGER, b TEXT COLLATE NOCASE, u TEXT);"
+                    "CREATE UNIQUE INDEX ib ON t(b COLLATE BINARY);"
+                    "SELECT fence_protect('t', 'tok', 'r:', 'k');")
+    for name, sql in c.execute("SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' "
+                               "AND name LIKE 'fence:%:update%'").fetchall():
+        c.execute('DROP TRIGGER "%s"' % name)
+        c.execute(sql.replace(' COLLATE "BINARY")', ")"))
+    err = attempt(c, "INSERT INTO t VALUES ('v', 100, 'X', 'u1')")
+    c.close()
+    ok(err is not None and "compares with OLD" in err,
+       "a guard whose UPDATE look-ups compare with OLD under the column's collation is refused",
+       err)
 
 
 def unique_inside_attacks():
