@@ -594,13 +594,12 @@ sqlWithoutLiterals(const char *zSql)
  * the row being updated by "c."k" IS OLD."k""; under a column's NOCASE or
  * RTRIM collation 'x' and 'X' compare equal where a BINARY index keeps them
  * apart, and the row a REPLACE deletes went unchecked. fence_protect writes
- * them with COLLATE "BINARY" since; a guard written before is refused.
+ * them with FENCE_OLD_COLLATE since; a guard written before is refused.
  */
 static int
 oldComparisonsBinary(const char *zSql)
 {
 	static const char *const azIs[] = {" IS OLD.\"", " IS NOT OLD.\""};
-	static const char zBinary[] = " COLLATE \"BINARY\"";
 	const char *z;
 	int			i;
 
@@ -615,7 +614,7 @@ oldComparisonsBinary(const char *zSql)
 			/* the identifier's end: a quote not doubled */
 			for (q = z + n; *q && !(q[0] == '"' && q[1] != '"'); q += q[0] == '"' ? 2 : 1)
 				;
-			if (*q == '\0' || sqlite3_strnicmp(q + 1, zBinary, (int) strlen(zBinary)) != 0)
+			if (*q == '\0' || sqlite3_strnicmp(q + 1, FENCE_OLD_COLLATE, (int) strlen(FENCE_OLD_COLLATE)) != 0)
 				return 0;
 		}
 	return 1;
@@ -681,8 +680,8 @@ fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
 
 /*
  * A per-row guard's REPLACE look-ups (fence_protect.c, conflictTerms): one
- * per UNIQUE index the table had, "c."col" = NEW."col" COLLATE "coll"" for
- * each of its columns, AND-joined. They name the columns as identifiers,
+ * per UNIQUE index the table had, fenceLookupTerm's "c."col" = NEW."col"
+ * COLLATE "coll"" for each of its columns, AND-joined. They name the columns as identifiers,
  * which RENAME COLUMN rewrites; the record of the indexes (fence_guards,
  * the RAISE text) names them in strings, which it does not. So the record
  * can match the indexes there are now while a look-up follows another
@@ -822,18 +821,12 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 			if (zIndex == NULL)
 			{
 				zIndex = sqlite3_mprintf("%s", zIdx);
-				zTerm = sqlite3_mprintf("c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"", zCol, zCol, zColl);
+				zTerm = fenceLookupTerm(NULL, zCol, zColl);
 				if (sqlite3_column_int(idx, 5) == 1 && sqlite3_stricmp(zColl, "BINARY") == 0)
 					zKeyCall = sqlite3_mprintf("(%lld, '', c.\"%w\"", (long long) id, zCol);
 			}
-			else
-			{
-				char	   *z = zTerm ? sqlite3_mprintf("%s AND c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
-														zTerm, zCol, zCol, zColl) : NULL;
-
-				sqlite3_free(zTerm);
-				zTerm = z;
-			}
+			else if (zTerm != NULL)
+				zTerm = fenceLookupTerm(zTerm, zCol, zColl);
 			if (zIndex == NULL || zTerm == NULL)
 				rc = SQLITE_NOMEM;
 		}

@@ -483,6 +483,23 @@ witnessChecks(const ProtectSpec *spec)
 }
 
 /*
+ * A look-up's term for one more column of a UNIQUE index, AND-joined to
+ * zPrev (the columns before, or NULL), which it frees: what the guard
+ * writes and what admission looks for (fence_guard.c, checkLookupsCover).
+ * NULL when out of memory.
+ */
+char *
+fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl)
+{
+	char	   *z = sqlite3_mprintf("%s%sc.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
+									zPrev ? zPrev : "", zPrev ? " AND " : "", zCol, zCol,
+									zColl ? zColl : "BINARY");
+
+	sqlite3_free(zPrev);
+	return z;
+}
+
+/*
  * For a keyed guard: the WHERE terms (on alias c) that find the rows an
  * INSERT of NEW would replace through each UNIQUE index and the rowid, one
  * term per index joined by char 1, each followed by char 2 and the test
@@ -555,22 +572,17 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 				sqlite3_free(zChg);
 				sqlite3_free(zIndex);
 				zIndex = sqlite3_mprintf("%s", zName);
-				zTerm = sqlite3_mprintf("c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"", zCol, zCol,
-										zColl ? zColl : "BINARY");
-				/* BINARY: under the column's own collation 'x' IS NOT 'X' is false */
-				zChg = sqlite3_mprintf("NEW.\"%w\" IS NOT OLD.\"%w\" COLLATE \"BINARY\"",
+				zTerm = fenceLookupTerm(NULL, zCol, zColl);
+				zChg = sqlite3_mprintf("NEW.\"%w\" IS NOT OLD.\"%w\"" FENCE_OLD_COLLATE,
 									   zCol, zCol);
 			}
 			else
 			{
-				char	   *z = sqlite3_mprintf("%s AND c.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
-												zTerm, zCol, zCol, zColl ? zColl : "BINARY");
-				char	   *y = sqlite3_mprintf("%s OR NEW.\"%w\" IS NOT OLD.\"%w\" "
-												"COLLATE \"BINARY\"", zChg, zCol, zCol);
+				char	   *y = sqlite3_mprintf("%s OR NEW.\"%w\" IS NOT OLD.\"%w\""
+												FENCE_OLD_COLLATE, zChg, zCol, zCol);
 
-				sqlite3_free(zTerm);
+				zTerm = fenceLookupTerm(zTerm, zCol, zColl);
 				sqlite3_free(zChg);
-				zTerm = z;
 				zChg = y;
 			}
 			if (zIndex == NULL || zTerm == NULL || zChg == NULL)
@@ -629,8 +641,8 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 				{
 					if (witnessAdd(&zWitness, (const char *) sqlite3_column_text(stmt, 0)) != SQLITE_OK)
 						rc = SQLITE_NOMEM;
-					/* BINARY: only the row itself, not one its collation calls equal */
-					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\" COLLATE \"BINARY\"",
+					/* only the row itself, not one its collation calls equal */
+					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\"" FENCE_OLD_COLLATE,
 													zNotOld,
 													sqlite3_column_text(stmt, 0),
 													sqlite3_column_text(stmt, 0));

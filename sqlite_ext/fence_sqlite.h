@@ -293,6 +293,15 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
  */
 #define FENCE_LOOKUP_ALIAS " AS c WHERE "
 
+/*
+ * What a per-row guard's UPDATE look-ups put after each comparison with OLD
+ * (the changed-columns test, a WITHOUT ROWID row's own exclusion), and what
+ * admission requires of them (fence_guard.c): under the column's own
+ * collation 'x' and 'X' can compare equal where a BINARY index keeps them
+ * apart.
+ */
+#define FENCE_OLD_COLLATE " COLLATE \"BINARY\""
+
 /* fence_stats.c: this connection's counts per resource */
 typedef struct FenceStatEntry
 {
@@ -377,6 +386,7 @@ char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
 int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
 /* fence_protect.c */
 char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques);
+char	   *fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl);
 
 /*
  * The RAISE message of every guard trigger, as an SQL literal, given the
