@@ -553,6 +553,59 @@ def crafted_lookup_attacks():
            "error: %r\nrows: %r" % (err, rows))
 
 
+def record_format_attacks():
+    """The record of a per-row guard's UNIQUE indexes (fence_guards.uniques,
+    repeated in its triggers' RAISE message) must tell every set of indexes
+    from every other. Index names are free text: one UNIQUE index on v named
+    'a(u BINARY),b' read, unquoted, exactly like an index a on u and an index
+    b on v. The look-up check refused a migration from the one to the other
+    (attacker round 14), but the record check, which is there to see the
+    indexes change, did not: the two records must differ, and the migration
+    must be refused by the record check itself, naming the change."""
+    records = {}
+    for setup, indexes in (("crafted", ['CREATE UNIQUE INDEX "a(u BINARY),b" ON t(v)']),
+                           ("real", ["CREATE UNIQUE INDEX a ON t(u)",
+                                     "CREATE UNIQUE INDEX b ON t(v)"])):
+        path = os.path.join(work, "record-%s.db" % setup)
+        c = connect(path)
+        c.execute("CREATE TABLE t(k TEXT, tok INTEGER, u TEXT, v TEXT)")
+        for sql in indexes:
+            c.execute(sql)
+        c.execute("SELECT fence_protect('t', 'tok', 'k:', 'k')")
+        records[setup] = c.execute("SELECT uniques FROM fence_guards").fetchone()[0]
+        c.close()
+    ok(records["crafted"] != records["real"],
+       "an index named like a record of two indexes records differently from those two",
+       "records: %r" % records)
+
+    # the crafted table migrated to the indexes it imitates
+    path = os.path.join(work, "record-crafted.db")
+    c = connect(path)
+    c.executescript("""
+        BEGIN;
+        SELECT fence_check('k:alice', 9);
+        INSERT INTO t VALUES ('alice', 9, 'X', 'a');
+        COMMIT;
+    """)
+    c.close()
+    c = connect(path, load=False)
+    c.executescript('DROP INDEX "a(u BINARY),b"; CREATE UNIQUE INDEX a ON t(u); '
+                    'CREATE UNIQUE INDEX b ON t(v);')
+    c.close()
+    c = connect(path)
+    err = script(c, ["BEGIN", "SELECT fence_check('k:bob', 1)",
+                     "INSERT OR REPLACE INTO t VALUES ('bob', 1, 'X', 'b')", "COMMIT"])
+    attempt(c, "ROLLBACK")
+    c.close()
+    c = connect(path, load=False)
+    rows = c.execute("SELECT k, tok, u, v FROM t ORDER BY 1").fetchall()
+    c.close()
+    ok(rows == [("alice", 9, "X", "a")] and err is not None and
+       "changed since fence_protect" in str(err),
+       "indexes remade to the set an index name imitated: the record check refuses the REPLACE",
+       "error: %r\nrows: %r" % (err, rows))
+
+
 def collation_compare_attacks():
     """An UPDATE's look-up runs only when the row's indexed columns changed
     ("NEW.b IS NOT OLD.b"), and skips the row being updated ("c.a IS OLD.a",
@@ -1092,7 +1145,7 @@ def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
-                     rowid_column_attacks, crafted_lookup_attacks,
+                     rowid_column_attacks, crafted_lookup_attacks, record_format_attacks,
                      collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
