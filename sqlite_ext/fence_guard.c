@@ -96,11 +96,15 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 }
 
 /*
- * The UNIQUE indexes of main.zTable, what identifies each: a sorted comma
- * list of name(column collation, ...), an expression column as "<expr>".
- * The columns, not the name: an index dropped and made again under the same
- * name on other columns would be REPLACEd through unchecked. NULL on error,
- * with *pbBlind 1 when a read came back blinded or was skipped.
+ * The UNIQUE indexes of main.zTable, what identifies each: a comma list,
+ * sorted by index name, of "index"("column" "collation", ...), an
+ * expression column as <expr>. The columns, not only the name: an index
+ * dropped and made again under the same name on other columns would be
+ * REPLACEd through unchecked. Every name is quoted as SQL quotes an
+ * identifier (a " doubled), since names are free text: unquoted, one index
+ * named a(u BINARY),b on v read exactly like an index a on u and an index
+ * b on v, and the record could not see the one become the other. NULL on
+ * error, with *pbBlind 1 when a read came back blinded or was skipped.
  */
 char *
 fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
@@ -144,7 +148,7 @@ fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
 		}
 		if (!sqlite3_column_int(list, 2))
 			continue;
-		zSig = sqlite3_mprintf("%s%s%s(", z, z[0] ? "," : "", zIndex);
+		zSig = sqlite3_mprintf("%s%s\"%w\"(", z, z[0] ? "," : "", zIndex);
 		sqlite3_free(z);
 		z = zSig;
 		sqlite3_bind_text(cols, 1, zIndex, -1, SQLITE_TRANSIENT);
@@ -163,8 +167,9 @@ fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
 			}
 			if (!sqlite3_column_int(cols, 3))
 				continue;
-			zSig = sqlite3_mprintf("%s%s%s %s", z, z[strlen(z) - 1] == '(' ? "" : " ",
-								   zCol ? zCol : "<expr>", zColl);
+			zSig = zCol ? sqlite3_mprintf("%s%s\"%w\" \"%w\"", z,
+										  z[strlen(z) - 1] == '(' ? "" : ", ", zCol, zColl) :
+				sqlite3_mprintf("%s%s<expr> \"%w\"", z, z[strlen(z) - 1] == '(' ? "" : ", ", zColl);
 			sqlite3_free(z);
 			z = zSig;
 		}
@@ -406,121 +411,6 @@ schemaReadable(sqlite3_context *ctx, FenceConn *conn, const char *zSchema)
 	return rc == SQLITE_DONE;
 }
 
-/*
- * The guard's triggers must be of the shape this fence writes
- * (FENCE_GUARD_SHAPE) or the one before (FENCE_GUARD_SHAPE_3, the same
- * check, whose statements fenceGuardAdmit cannot count): an older one
- * checks in its body, which an authorizer can skip, or passes other
- * arguments. A one-resource guard's triggers must
- * name, in their RAISE, the resource main.fence_guards records for it
- * (zResource; NULL for a per-row guard, whose calls pass the prefix): its
- * calls do not, and a record edited to another resource would otherwise
- * re-point the guard. *pbCounted: every trigger of the guard is of this
- * shape (a read that comes back blinded says no). Returns 1, or 0 with an
- * error set.
- */
-static int
-checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
-				const char *zResource, const char *zUniques, int *pbCounted)
-{
-	sqlite3_stmt *stmt = NULL;
-	/* what this shape's RAISE says, and shape 3's (a per-row guard's: nothing checked) */
-	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
-		fenceGuardTag(id, NULL, zUniques);
-	char	   *zRaise = zTag ? sqlite3_mprintf(FENCE_GUARD_RAISE_SQL, zTag) : NULL;
-	char	   *zBadShape = NULL;	/* the first trigger of another shape or record */
-	char	   *zBadLookup = NULL;	/* the first whose look-ups name another table */
-	int			nTriggers = 0;
-	int			nCounted = 0;
-	int			bOk;
-	int			rc;
-
-	sqlite3_free(zTag);
-	if (zRaise == NULL)
-	{
-		sqlite3_result_error_nomem(ctx);
-		return 0;
-	}
-
-	/*
-	 * One row per trigger of the guard: is it of this shape or shape 3, with
-	 * the RAISE text its record implies (a NULL read back says no); do its
-	 * look-ups name its own table; is it of this shape.
-	 *
-	 * A per-row guard's REPLACE look-ups read its table by name ("FROM "T"
-	 * AS c WHERE"). ALTER TABLE RENAME rewrites that name, except under
-	 * PRAGMA legacy_alter_table=ON, which leaves the old one: the look-ups
-	 * would then read whatever table has it now (a new one, or another
-	 * protected table that swapped names), and a REPLACE could delete rows
-	 * of another resource unchecked. So every look-up must name the table
-	 * the trigger is on.
-	 */
-	rc = sqlite3_prepare_v2(conn->db,
-							"SELECT name, "
-							"((instr(sql, ?2) > 0 AND instr(sql, ?3) > 0) "
-							"OR (instr(sql, ?4) > 0 AND (?5 IS NULL OR instr(sql, ?3) > 0))) "
-							"IS NOT 1, "
-							"((length(sql) - length(replace(sql, ' AS c WHERE ', ''))) / 12 = "
-							"(length(sql) - length(replace(sql, 'FROM \"' || "
-							"replace(tbl_name, '\"', '\"\"') || '\" AS c WHERE ', ''))) / "
-							"length('FROM \"' || replace(tbl_name, '\"', '\"\"') || "
-							"'\" AS c WHERE ')) IS NOT 1, "
-							"instr(sql, ?2) > 0 IS 1 "
-							"FROM main.sqlite_schema WHERE type = 'trigger' "
-							"AND name GLOB 'fence:' || ?1 || ':*'", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		sqlite3_bind_int64(stmt, 1, id);
-		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 3, zRaise, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 4, FENCE_GUARD_SHAPE_3, -1, SQLITE_STATIC);
-		if (zResource != NULL)
-			sqlite3_bind_int(stmt, 5, 1);
-	}
-	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-	{
-		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-		char	  **pzBad = sqlite3_column_int(stmt, 1) ? &zBadShape :
-			sqlite3_column_int(stmt, 2) ? &zBadLookup : NULL;
-
-		rc = SQLITE_OK;
-		if (pzBad != NULL && *pzBad == NULL &&
-			(*pzBad = sqlite3_mprintf("%s", zName ? zName : "?")) == NULL)
-			rc = SQLITE_NOMEM;
-		nTriggers++;
-		nCounted += sqlite3_column_int(stmt, 3);
-	}
-	if (rc == SQLITE_DONE && zBadShape != NULL)
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" was made by an older "
-							   "fence, or does not match its record in main.fence_guards "
-							   "(trigger \"%s\"); run fence_protect on the table again to "
-							   "replace its guard", zTable, zBadShape));
-	else if (rc == SQLITE_DONE && zBadLookup != NULL && strstr(zTable, FENCE_LOOKUP_ALIAS))
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the name of \"%s\" contains \"%s\", which "
-							   "fence's triggers use to look up the rows a REPLACE would delete; "
-							   "rename the table", zTable, FENCE_LOOKUP_ALIAS));
-	else if (rc == SQLITE_DONE && zBadLookup != NULL)
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" looks up the rows a "
-							   "REPLACE would delete in another table (trigger \"%s\"; was the "
-							   "table renamed under PRAGMA legacy_alter_table=ON?); run "
-							   "fence_protect on \"%s\" again", zTable, zBadLookup, zTable));
-	else if (rc != SQLITE_DONE)
-		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
-										(long long) id, zTable, sqlite3_errmsg(conn->db)));
-	bOk = rc == SQLITE_DONE && zBadShape == NULL && zBadLookup == NULL;
-	sqlite3_finalize(stmt);
-	sqlite3_free(zRaise);
-	sqlite3_free(zBadShape);
-	sqlite3_free(zBadLookup);
-
-	/* counted: it has triggers, all of this shape (any doubt costs only speed) */
-	*pbCounted = nTriggers > 0 && nCounted == nTriggers;
-	return bOk;
-}
-
 /* Does zHay contain zNeedle, ASCII case aside (SQL names are case-insensitive)? */
 static int
 containsNoCase(const char *zHay, const char *zNeedle)
@@ -585,6 +475,157 @@ sqlWithoutLiterals(const char *zSql)
 	}
 	*o = '\0';
 	return zOut;
+}
+
+/*
+ * Does every look-up in zSql, a trigger of main.zTable, read zTable? A
+ * per-row guard's REPLACE look-ups read its table by name ("FROM "T" AS c
+ * WHERE"). ALTER TABLE RENAME rewrites that name, except under PRAGMA
+ * legacy_alter_table=ON, which leaves the old one: the look-ups would then
+ * read whatever table has it now (a new one, or another protected table
+ * that swapped names), and a REPLACE could delete rows of another resource
+ * unchecked. Counted in the SQL with its literals emptied, where only
+ * fence's generator and SQLite's RENAME write: the RAISE message's record
+ * quotes index names, which may carry the alias text. -1 when out of
+ * memory.
+ */
+static int
+lookupsReadOwnTable(const char *zSql, const char *zTable)
+{
+	char	   *zBare = sqlWithoutLiterals(zSql);
+	char	   *zFrom = sqlite3_mprintf("FROM \"%w\"%s", zTable, FENCE_LOOKUP_ALIAS);
+	int			nAlias = 0;
+	int			nOwn = 0;
+	const char *z;
+	int			bOwn;
+
+	if (zBare != NULL && zFrom != NULL)
+	{
+		size_t		nFrom = strlen(zFrom);
+
+		for (z = zBare; (z = strstr(z, FENCE_LOOKUP_ALIAS)) != NULL; z++)
+		{
+			nAlias++;
+			/* the alias ends the table's FROM: step back over it */
+			if ((size_t) (z - zBare) + strlen(FENCE_LOOKUP_ALIAS) >= nFrom &&
+				strncmp(z + strlen(FENCE_LOOKUP_ALIAS) - nFrom, zFrom, nFrom) == 0)
+				nOwn++;
+		}
+	}
+	bOwn = zBare == NULL || zFrom == NULL ? -1 : nAlias == nOwn;
+	sqlite3_free(zBare);
+	sqlite3_free(zFrom);
+	return bOwn;
+}
+
+/*
+ * The guard's triggers must be of the shape this fence writes
+ * (FENCE_GUARD_SHAPE) or the one before (FENCE_GUARD_SHAPE_3, the same
+ * check, whose statements fenceGuardAdmit cannot count): an older one
+ * checks in its body, which an authorizer can skip, or passes other
+ * arguments. A one-resource guard's triggers must
+ * name, in their RAISE, the resource main.fence_guards records for it
+ * (zResource; NULL for a per-row guard, whose calls pass the prefix): its
+ * calls do not, and a record edited to another resource would otherwise
+ * re-point the guard. *pbCounted: every trigger of the guard is of this
+ * shape (a read that comes back blinded says no). Returns 1, or 0 with an
+ * error set.
+ */
+static int
+checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
+				const char *zResource, const char *zUniques, int *pbCounted)
+{
+	sqlite3_stmt *stmt = NULL;
+	/* what this shape's RAISE says, and shape 3's (a per-row guard's: nothing checked) */
+	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
+		fenceGuardTag(id, NULL, zUniques);
+	char	   *zRaise = zTag ? sqlite3_mprintf(FENCE_GUARD_RAISE_SQL, zTag) : NULL;
+	char	   *zBadShape = NULL;	/* the first trigger of another shape or record */
+	char	   *zBadLookup = NULL;	/* the first whose look-ups name another table */
+	int			nTriggers = 0;
+	int			nCounted = 0;
+	int			bOk;
+	int			rc;
+
+	sqlite3_free(zTag);
+	if (zRaise == NULL)
+	{
+		sqlite3_result_error_nomem(ctx);
+		return 0;
+	}
+
+	/*
+	 * One row per trigger of the guard: is it of this shape or shape 3, with
+	 * the RAISE text its record implies (a NULL read back says no); do its
+	 * look-ups read its own table (lookupsReadOwnTable); is it of this
+	 * shape. A NULL sql or tbl_name (a blinded read) is of no shape.
+	 */
+	rc = sqlite3_prepare_v2(conn->db,
+							"SELECT name, "
+							"((instr(sql, ?2) > 0 AND instr(sql, ?3) > 0) "
+							"OR (instr(sql, ?4) > 0 AND (?5 IS NULL OR instr(sql, ?3) > 0))) "
+							"IS NOT 1 OR tbl_name IS NULL, "
+							"sql, tbl_name, "
+							"instr(sql, ?2) > 0 IS 1 "
+							"FROM main.sqlite_schema WHERE type = 'trigger' "
+							"AND name GLOB 'fence:' || ?1 || ':*'", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_int64(stmt, 1, id);
+		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
+		sqlite3_bind_text(stmt, 3, zRaise, -1, SQLITE_STATIC);
+		sqlite3_bind_text(stmt, 4, FENCE_GUARD_SHAPE_3, -1, SQLITE_STATIC);
+		if (zResource != NULL)
+			sqlite3_bind_int(stmt, 5, 1);
+	}
+	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+	{
+		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
+		int			bShape = !sqlite3_column_int(stmt, 1);
+		int			bOwn = bShape ? lookupsReadOwnTable((const char *) sqlite3_column_text(stmt, 2),
+													(const char *) sqlite3_column_text(stmt, 3)) : 1;
+		char	  **pzBad = !bShape ? &zBadShape : bOwn == 0 ? &zBadLookup : NULL;
+
+		rc = bOwn < 0 ? SQLITE_NOMEM : SQLITE_OK;
+		if (rc == SQLITE_OK && pzBad != NULL && *pzBad == NULL &&
+			(*pzBad = sqlite3_mprintf("%s", zName ? zName : "?")) == NULL)
+			rc = SQLITE_NOMEM;
+		nTriggers++;
+		nCounted += sqlite3_column_int(stmt, 4);
+		if (rc != SQLITE_OK)
+			break;
+	}
+	if (rc == SQLITE_DONE && zBadShape != NULL)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" was made by an older "
+							   "fence, or does not match its record in main.fence_guards "
+							   "(trigger \"%s\"); run fence_protect on the table again to "
+							   "replace its guard", zTable, zBadShape));
+	else if (rc == SQLITE_DONE && zBadLookup != NULL && strstr(zTable, FENCE_LOOKUP_ALIAS))
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the name of \"%s\" contains \"%s\", which "
+							   "fence's triggers use to look up the rows a REPLACE would delete; "
+							   "rename the table", zTable, FENCE_LOOKUP_ALIAS));
+	else if (rc == SQLITE_DONE && zBadLookup != NULL)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" looks up the rows a "
+							   "REPLACE would delete in another table (trigger \"%s\"; was the "
+							   "table renamed under PRAGMA legacy_alter_table=ON?); run "
+							   "fence_protect on \"%s\" again", zTable, zBadLookup, zTable));
+	else if (rc == SQLITE_NOMEM)
+		refuse(ctx, rc, NULL);
+	else if (rc != SQLITE_DONE)
+		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
+										(long long) id, zTable, sqlite3_errmsg(conn->db)));
+	bOk = rc == SQLITE_DONE && zBadShape == NULL && zBadLookup == NULL;
+	sqlite3_finalize(stmt);
+	sqlite3_free(zRaise);
+	sqlite3_free(zBadShape);
+	sqlite3_free(zBadLookup);
+
+	/* counted: it has triggers, all of this shape (any doubt costs only speed) */
+	*pbCounted = nTriggers > 0 && nCounted == nTriggers;
+	return bOk;
 }
 
 /*

@@ -1121,7 +1121,7 @@ def guards_uniques_attacks():
         c.execute("CREATE UNIQUE INDEX acct_v ON acct(v)")
         u = c.execute("SELECT uniques FROM fence_guards WHERE resource = 'acct:'").fetchone()[0]
         # the signature fence reads now: every UNIQUE index, sorted by name
-        sig = (",".join(sorted(u.split(",") + ["acct_v(v BINARY)"])) if how == "appended"
+        sig = (",".join(sorted(u.split(",") + ['"acct_v"("v" "BINARY")'])) if how == "appended"
                else "*")
         c.execute("UPDATE fence_guards SET uniques = ? WHERE resource = 'acct:'", (sig,))
         c.close()
