@@ -481,6 +481,94 @@ def protect_blind():
        "a writer whose authorizer blinds the UNIQUE flags: a REPLACE through u is refused", err)
 
 
+# ---------------------------------------------------------------------
+# 7. an authorizer that blinds only admission's read of the UNIQUE indexes
+#    for the look-up check: a read whose NULLs filter rows out (a WHERE on
+#    a flag, a join on a name) showed no index, so nothing was required
+# ---------------------------------------------------------------------
+def after_read(trigger_col, blind_cols):
+    """SQLITE_IGNORE to reads of blind_cols in a statement, from the moment
+    it has read trigger_col (a column that statement alone reads); each
+    SELECT starts afresh."""
+    state = {"on": False}
+
+    def auth(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_SELECT:
+            state["on"] = False
+        if action == sqlite3.SQLITE_READ and (a1, a2) == trigger_col:
+            state["on"] = True
+        if action == sqlite3.SQLITE_READ and state["on"] and (a1, a2) in blind_cols:
+            return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+    return auth
+
+
+def after_first(blind_col):
+    """SQLITE_IGNORE to every read of blind_col but the first."""
+    seen = [0]
+
+    def auth(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_READ and (a1, a2) == blind_col:
+            seen[0] += 1
+            if seen[0] > 1:
+                return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+    return auth
+
+
+def cover_blind():
+    """A migration that renames a UNIQUE index's column away and makes the
+    index again, under its name, on the column that took the name: the
+    record of the indexes matches, and only admission's look-up check sees
+    that the guard looks up the old column. An authorizer blinding that
+    read alone must not let a REPLACE through the new index delete the row
+    of acct:victim (highest 50) under acct:atk's token."""
+    seqno = ("pragma_index_xinfo", "seqno")
+    cases = [
+        ("the index columns' key flags, in a read of seqno",
+         after_read(seqno, {("pragma_index_xinfo", "key")})),
+        ("the UNIQUE flags, in a read of seqno",
+         after_read(seqno, {("pragma_index_list", "unique")})),
+        ("the index names, after their first read",
+         after_first(("pragma_index_list", "name"))),
+        ("the index column names, after their first read",
+         after_first(("pragma_index_xinfo", "name"))),
+    ]
+    for what, auth in cases:
+        path = os.path.join(work, "cover%d.db" % counter[0])
+        counter[0] += 1
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE acct(k TEXT PRIMARY KEY, email TEXT, w TEXT, tok INTEGER);
+            CREATE UNIQUE INDEX u_email ON acct(email);
+            SELECT fence_protect('acct', 'tok', 'acct:', 'k');
+            INSERT INTO acct VALUES ('victim', 'e1', 'w1', 50);
+            INSERT INTO acct VALUES ('atk', 'a0', 'w0', 5);
+        """)
+        c.close()
+        # the migration (RENAME COLUMN parses the triggers: fence loaded)
+        c = connect(path)
+        c.executescript("""
+            DROP INDEX u_email;
+            ALTER TABLE acct RENAME COLUMN email TO email_old;
+            ALTER TABLE acct RENAME COLUMN w TO email;
+            CREATE UNIQUE INDEX u_email ON acct(email);
+        """)
+        c.close()
+        before = committed(path, "acct")
+        c = connect(path)
+        c.set_authorizer(auth)
+        err = lib.script(c, ["BEGIN", "INSERT OR REPLACE INTO acct(k, email, tok) "
+                             "VALUES ('atk', 'w1', 50)", "COMMIT"], rollback=True)
+        c.set_authorizer(None)
+        c.close()
+        rows, _ = committed(path, "acct")
+        ok(err is not None and any(r[0] == "victim" for r in rows),
+           "an authorizer blinding admission's look-up check (%s): a REPLACE through an "
+           "index the guard does not look up is refused" % what,
+           "error: %r\nbefore: %r\nafter: %r" % (err, before, rows))
+
+
 def committed_k(path):
     c = connect(path, load=False)
     rows = c.execute("SELECT * FROM k ORDER BY 1").fetchall()
@@ -492,7 +580,7 @@ def committed_k(path):
 def main():
     try:
         for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl,
-                     protect_blind):
+                     protect_blind, cover_blind):
             try:
                 part()
             except Exception as e:
