@@ -569,6 +569,69 @@ def cover_blind():
            "error: %r\nbefore: %r\nafter: %r" % (err, before, rows))
 
 
+def read_after(first_col, blind_col):
+    """SQLITE_IGNORE to reads of blind_col in a SELECT that has read
+    first_col already (each SELECT callback starts afresh)."""
+    state = {"seen": False}
+
+    def auth(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_SELECT:
+            state["seen"] = False
+        if action == sqlite3.SQLITE_READ and (a1, a2) == first_col:
+            state["seen"] = True
+        elif action == sqlite3.SQLITE_READ and (a1, a2) == blind_col and state["seen"]:
+            return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+    return auth
+
+
+def shape_blind():
+    """fence_guards.uniques edited by hand (plain DML) to add a UNIQUE index
+    made after fence_protect: the guard's triggers still carry the old
+    record, which admission's shape check compares, and they have no look-up
+    for the new index, which the look-up check sees. An authorizer that
+    blinds sqlite_schema.type only in a SELECT that has read sql before it
+    (a WHERE type = 'trigger' after the result columns) hid the guard's
+    triggers from both checks, while fence's probe for a blinded
+    sqlite_schema (which reads type first) passed. A REPLACE through the
+    new index must not delete the row of acct:b (highest 8) at token 5."""
+    path = fresh_db()
+    c = connect(path)
+    c.execute("SELECT fence_check('acct:b', 8)").fetchall()
+    lib.script(c, ["BEGIN", "SELECT fence_check('acct:a', 9)",
+                   "UPDATE acct SET v = 2, tok = 9 WHERE k = 'a'", "COMMIT"])
+    c.close()
+    # the record as fence writes it for the indexes there will be
+    probe = os.path.join(work, "shape_probe.db")
+    p = connect(probe)
+    p.executescript("""
+        CREATE TABLE acct(k TEXT PRIMARY KEY, u TEXT UNIQUE, p TEXT, q TEXT, v INTEGER,
+                          tok INTEGER, UNIQUE (p, q));
+        CREATE UNIQUE INDEX acct_v ON acct(v);
+        SELECT fence_protect('acct', 'tok', 'acct:', 'k');
+    """)
+    sig = p.execute("SELECT uniques FROM fence_guards").fetchone()[0]
+    p.close()
+    c = connect(path, load=False)
+    c.execute("CREATE UNIQUE INDEX acct_v ON acct(v)")
+    u = c.execute("SELECT uniques FROM fence_guards WHERE resource = 'acct:'").fetchone()[0]
+    c.execute("UPDATE fence_guards SET uniques = ? WHERE resource = 'acct:'", (sig,))
+    c.close()
+    before = committed(path, "acct")
+    c = connect(path)
+    c.set_authorizer(read_after(("sqlite_master", "sql"), ("sqlite_master", "type")))
+    # row b has v = 1: a new key c with v = 1 replaces it through acct_v
+    err = lib.script(c, ["BEGIN", "INSERT OR REPLACE INTO acct VALUES ('c', 'uc', 'pc', 'qc', 1, 5)",
+                         "COMMIT"], rollback=True)
+    c.set_authorizer(None)
+    c.close()
+    rows, tokens = committed(path, "acct")
+    ok(err is not None and any(r[0] == "b" for r in rows),
+       "an authorizer blinding sqlite_schema.type after sql in a SELECT (the guard's triggers "
+       "hidden from admission): a REPLACE through an index the record was edited to name is "
+       "refused", "error: %r\nbefore: %r\nafter: %r\nrecord: %r -> %r" % (err, before, rows, u, sig))
+
+
 def committed_k(path):
     c = connect(path, load=False)
     rows = c.execute("SELECT * FROM k ORDER BY 1").fetchall()
@@ -580,7 +643,7 @@ def committed_k(path):
 def main():
     try:
         for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl,
-                     protect_blind, cover_blind):
+                     protect_blind, cover_blind, shape_blind):
             try:
                 part()
             except Exception as e:
