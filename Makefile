@@ -32,7 +32,8 @@ HIDDEN    = -fvisibility=hidden
 CORE_SRC    = core/fence_core.c core/fence_held.c
 CORE_HDR    = core/fence_core.h core/fence_held.h
 SQLITE_SRC  = sqlite_ext/fence.c sqlite_ext/fence_guard.c sqlite_ext/fence_held.c sqlite_ext/fence_protect.c \
-              sqlite_ext/fence_lease.c sqlite_ext/fence_stats.c sqlite_ext/fence_cache.c
+              sqlite_ext/fence_lease.c sqlite_ext/fence_stats.c sqlite_ext/fence_cache.c \
+              sqlite_ext/fence_schema_read.c
 SQLITE_HDR  = sqlite_ext/fence_sqlite.h
 SQLITE_EXT  = sqlite_ext/fence.so
 

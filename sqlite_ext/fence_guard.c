@@ -109,87 +109,41 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 char *
 fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
 {
-	/*
-	 * Every read proves itself: an authorizer answering SQLITE_IGNORE makes
-	 * a column read NULL (a UNIQUE flag read as NULL would hide the index)
-	 * or skips a SELECT (no rows: no indexes). No value may be NULL but the
-	 * name of an expression (cid -2) or of the rowid (-1), and the list must
-	 * end with its sentinel.
-	 */
-	sqlite3_stmt *list = NULL;
-	sqlite3_stmt *cols = NULL;
-	char	   *z = sqlite3_mprintf("%s", "");
-	int			bSentinel = 0;
+	FenceUniqueIndexes ix;
+	char	   *z;
 	int			rc;
+	int			i,
+				j;
 
 	*pbBlind = 0;
-	rc = sqlite3_prepare_v2(db, "SELECT 0, name, \"unique\" FROM pragma_index_list(?1, 'main') "
-							"UNION ALL SELECT 1, NULL, NULL ORDER BY 1, 2", -1, &list, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(db, "SELECT cid, name, coll, key FROM pragma_index_xinfo(?1, 'main') "
-								"ORDER BY seqno", -1, &cols, NULL);
-	if (rc == SQLITE_OK)
-		sqlite3_bind_text(list, 1, zTable, -1, SQLITE_STATIC);
-	while (rc == SQLITE_OK && z != NULL && (rc = sqlite3_step(list)) == SQLITE_ROW)
+	rc = fenceUniqueIndexesRead(db, zTable, &ix);
+	if (rc != SQLITE_OK)
 	{
-		const char *zIndex = (const char *) sqlite3_column_text(list, 1);
-		char	   *zSig;
+		*pbBlind = rc == FENCE_RC_INVALID;
+		return NULL;
+	}
+	z = sqlite3_mprintf("%s", "");
+	for (i = 0; z != NULL && i < ix.n; i++)
+	{
+		char	   *zSig = sqlite3_mprintf("%s%s\"%w\"(", z, i ? "," : "", ix.a[i].zName);
 
-		rc = SQLITE_OK;
-		if (sqlite3_column_int(list, 0) == 1)
-		{
-			bSentinel = 1;
-			continue;
-		}
-		if (zIndex == NULL || sqlite3_column_type(list, 2) != SQLITE_INTEGER)
-		{
-			*pbBlind = 1;
-			break;
-		}
-		if (!sqlite3_column_int(list, 2))
-			continue;
-		zSig = sqlite3_mprintf("%s%s\"%w\"(", z, z[0] ? "," : "", zIndex);
 		sqlite3_free(z);
 		z = zSig;
-		sqlite3_bind_text(cols, 1, zIndex, -1, SQLITE_TRANSIENT);
-		while (z != NULL && (rc = sqlite3_step(cols)) == SQLITE_ROW)
+		for (j = 0; z != NULL && j < ix.a[i].nCol; j++)
 		{
-			const char *zCol = (const char *) sqlite3_column_text(cols, 1);
-			const char *zColl = (const char *) sqlite3_column_text(cols, 2);
+			const FenceIndexColumn *c = &ix.a[i].aCol[j];
 
-			rc = SQLITE_OK;
-			if (sqlite3_column_type(cols, 0) != SQLITE_INTEGER || zColl == NULL ||
-				sqlite3_column_type(cols, 3) != SQLITE_INTEGER ||
-				(zCol == NULL && sqlite3_column_int(cols, 0) >= 0))
-			{
-				*pbBlind = 1;
-				break;
-			}
-			if (!sqlite3_column_int(cols, 3))
-				continue;
-			zSig = zCol ? sqlite3_mprintf("%s%s\"%w\" \"%w\"", z,
-										  z[strlen(z) - 1] == '(' ? "" : ", ", zCol, zColl) :
-				sqlite3_mprintf("%s%s<expr> \"%w\"", z, z[strlen(z) - 1] == '(' ? "" : ", ", zColl);
+			zSig = c->zName ? sqlite3_mprintf("%s%s\"%w\" \"%w\"", z, j ? ", " : "", c->zName,
+											  c->zColl) :
+				sqlite3_mprintf("%s%s<expr> \"%w\"", z, j ? ", " : "", c->zColl);
 			sqlite3_free(z);
 			z = zSig;
 		}
-		sqlite3_reset(cols);
-		if (*pbBlind || (rc != SQLITE_DONE && rc != SQLITE_OK))
-			break;
-		rc = SQLITE_OK;
 		zSig = z ? sqlite3_mprintf("%s)", z) : NULL;
 		sqlite3_free(z);
 		z = zSig;
 	}
-	sqlite3_finalize(list);
-	sqlite3_finalize(cols);
-	if (rc == SQLITE_DONE && !bSentinel)
-		*pbBlind = 1;			/* the SELECT did not run */
-	if (*pbBlind || rc != SQLITE_DONE)
-	{
-		sqlite3_free(z);
-		return NULL;
-	}
+	fenceUniqueIndexesFree(&ix);
 	return z;
 }
 
@@ -535,7 +489,8 @@ static int
 checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
 				const char *zResource, const char *zUniques, int *pbCounted)
 {
-	sqlite3_stmt *stmt = NULL;
+	FenceGuardTriggers tr = {0, NULL, NULL};
+	int			t;
 	/* what this shape's RAISE says, and shape 3's (a per-row guard's: nothing checked) */
 	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
 		fenceGuardTag(id, NULL, zUniques);
@@ -555,46 +510,30 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 	}
 
 	/*
-	 * One row per trigger of the guard: is it of this shape or shape 3, with
-	 * the RAISE text its record implies (a NULL read back says no); do its
-	 * look-ups read its own table (lookupsReadOwnTable); is it of this
-	 * shape. A NULL sql or tbl_name (a blinded read) is of no shape.
+	 * Each trigger of the guard (read whole: fence_schema_read.c): is it of
+	 * this shape or shape 3, with the RAISE text its record implies; do its
+	 * look-ups read its own table (lookupsReadOwnTable); is it of this shape.
 	 */
-	rc = sqlite3_prepare_v2(conn->db,
-							"SELECT name, "
-							"((instr(sql, ?2) > 0 AND instr(sql, ?3) > 0) "
-							"OR (instr(sql, ?4) > 0 AND (?5 IS NULL OR instr(sql, ?3) > 0))) "
-							"IS NOT 1 OR tbl_name IS NULL, "
-							"sql, tbl_name, "
-							"instr(sql, ?2) > 0 IS 1 "
-							"FROM main.sqlite_schema WHERE type = 'trigger' "
-							"AND name GLOB 'fence:' || ?1 || ':*'", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
+	rc = fenceGuardTriggersRead(conn->db, id, &tr);
+	for (t = 0; rc == SQLITE_OK && t < tr.n; t++)
 	{
-		sqlite3_bind_int64(stmt, 1, id);
-		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 3, zRaise, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 4, FENCE_GUARD_SHAPE_3, -1, SQLITE_STATIC);
-		if (zResource != NULL)
-			sqlite3_bind_int(stmt, 5, 1);
-	}
-	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-	{
-		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-		int			bShape = !sqlite3_column_int(stmt, 1);
-		int			bOwn = bShape ? lookupsReadOwnTable((const char *) sqlite3_column_text(stmt, 2),
-													(const char *) sqlite3_column_text(stmt, 3)) : 1;
+		const char *zSql = tr.a[t].zSql;
+		int			bShape4 = strstr(zSql, FENCE_GUARD_SHAPE) != NULL;
+		int			bRaise = strstr(zSql, zRaise) != NULL;
+		int			bShape = (bShape4 && bRaise) ||
+			(strstr(zSql, FENCE_GUARD_SHAPE_3) != NULL && (zResource == NULL || bRaise));
+		int			bOwn = bShape ? lookupsReadOwnTable(zSql, tr.a[t].zTable) : 1;
 		char	  **pzBad = !bShape ? &zBadShape : bOwn == 0 ? &zBadLookup : NULL;
 
-		rc = bOwn < 0 ? SQLITE_NOMEM : SQLITE_OK;
-		if (rc == SQLITE_OK && pzBad != NULL && *pzBad == NULL &&
-			(*pzBad = sqlite3_mprintf("%s", zName ? zName : "?")) == NULL)
+		if (bOwn < 0 || (pzBad != NULL && *pzBad == NULL &&
+						 (*pzBad = sqlite3_mprintf("%s", tr.a[t].zName)) == NULL))
 			rc = SQLITE_NOMEM;
 		nTriggers++;
-		nCounted += sqlite3_column_int(stmt, 4);
-		if (rc != SQLITE_OK)
-			break;
+		nCounted += bShape4;
 	}
+	fenceGuardTriggersFree(&tr);
+	if (rc == SQLITE_OK)
+		rc = SQLITE_DONE;
 	if (rc == SQLITE_DONE && zBadShape != NULL)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" was made by an older "
@@ -614,11 +553,17 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 							   "fence_protect on \"%s\" again", zTable, zBadLookup, zTable));
 	else if (rc == SQLITE_NOMEM)
 		refuse(ctx, rc, NULL);
+	else if (rc == FENCE_RC_INVALID)
+		refuse(ctx, rc,
+			   sqlite3_mprintf("fence guard refused: main.sqlite_schema read back blinded or "
+							   "not at all while fence checked the guard of \"%s\" (an "
+							   "authorizer (sqlite3_set_authorizer) that answers SQLITE_IGNORE "
+							   "to reads of sqlite_schema, or to a SELECT?); let the authorizer "
+							   "allow them", zTable));
 	else if (rc != SQLITE_DONE)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
 										(long long) id, zTable, sqlite3_errmsg(conn->db)));
 	bOk = rc == SQLITE_DONE && zBadShape == NULL && zBadLookup == NULL;
-	sqlite3_finalize(stmt);
 	sqlite3_free(zRaise);
 	sqlite3_free(zBadShape);
 	sqlite3_free(zBadLookup);
@@ -685,41 +630,6 @@ holdsLookup(const char *zSql, const char *zTerm)
 }
 
 /*
- * Does main.zTable have a column named rowid (any case)? A per-row guard's
- * look-ups name the row by "rowid" ("c.rowid = NEW.rowid", "c.rowid <>
- * OLD.rowid"), which a column of that name takes over from the real rowid:
- * a REPLACE onto another row's rowid (through oid or _rowid_) would find
- * nothing to check. 1 or 0 in *pbHas; an error when the read came back
- * blinded (a NULL name, or no row at all: every table has a column).
- */
-int
-fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			rc;
-
-	*pbHas = 0;
-	rc = sqlite3_prepare_v2(db, "SELECT count(*), count(name), "
-							"count(CASE WHEN name = 'rowid' COLLATE NOCASE THEN 1 END) "
-							"FROM pragma_table_xinfo(?1, 'main')", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		rc = sqlite3_step(stmt);
-		if (rc == SQLITE_ROW && sqlite3_column_int(stmt, 0) > 0 &&
-			sqlite3_column_int(stmt, 0) == sqlite3_column_int(stmt, 1))
-		{
-			*pbHas = sqlite3_column_int(stmt, 2) > 0;
-			rc = SQLITE_OK;
-		}
-		else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
-			rc = FENCE_RC_INVALID;	/* blinded or skipped */
-	}
-	sqlite3_finalize(stmt);
-	return rc;
-}
-
-/*
  * A per-row guard's REPLACE look-ups (fence_protect.c, conflictTerms): one
  * per UNIQUE index the table had, fenceLookupTerm's "c."col" = NEW."col"
  * COLLATE "coll"" for each of its columns, AND-joined. They name the columns as identifiers,
@@ -738,78 +648,39 @@ fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
 static int
 checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable)
 {
-	sqlite3_stmt *idx = NULL;
-	sqlite3_stmt *trg = NULL;
-	char	   *zIndex = NULL;	/* the index whose look-up is being built */
-	char	   *zTerm = NULL;	/* its look-up */
-	char	   *zKeyCall = NULL;	/* a one-column BINARY index: the key, as passed */
+	FenceUniqueIndexes ix = {0, NULL};
+	FenceGuardTriggers tr = {0, NULL, NULL};
 	char	   *zMissing = NULL;	/* the first index not looked up, and where */
-	int			bSentinel = 0;
 	int			bRowidColumn = 0;
 	int			rc;
+	int			t,
+				i,
+				j;
 
 	rc = fenceHasRowidColumn(conn->db, zTable, &bRowidColumn);
-	if (rc != SQLITE_OK || bRowidColumn)
+	if (rc == SQLITE_OK && bRowidColumn)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   rc != SQLITE_OK ?
-			   sqlite3_mprintf("fence guard refused: the columns of \"%s\" read back blinded "
-							   "or not at all (an authorizer that answers SQLITE_IGNORE to "
-							   "reads of pragma_table_xinfo?); let the authorizer allow them",
-							   zTable) :
 			   sqlite3_mprintf("fence guard refused: \"%s\" has a column named rowid, which "
 							   "hides the rowid its guard's look-ups read, so a REPLACE onto "
 							   "another row's rowid would go unchecked; rename the column",
 							   zTable));
 		return 0;
 	}
-
-	/*
-	 * Every read proves itself, as in fenceUniqueSignature: a sentinel row
-	 * ends each list (a skipped SELECT has none), and no value may be NULL.
-	 */
-	rc = sqlite3_prepare_v2(conn->db,
-							"SELECT 0, name, sql FROM main.sqlite_schema WHERE type = 'trigger' "
-							"AND name GLOB 'fence:' || ?1 || ':*' AND instr(sql, ?2) > 0 "
-							"AND instr(sql, ?3) > 0 UNION ALL SELECT 1, '', '' ORDER BY 1, 2",
-							-1, &trg, NULL);
-	/* (?2 may match inside a literal only: such a trigger is skipped below) */
 	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v2(conn->db,
-								"SELECT 0, l.name, x.seqno, x.name, x.coll, "
-								"(SELECT count(*) FROM pragma_index_xinfo(l.name, 'main') AS y "
-								"WHERE y.key) FROM pragma_index_list(?1, 'main') AS l, "
-								"pragma_index_xinfo(l.name, 'main') AS x "
-								"WHERE l.\"unique\" AND x.key "
-								"UNION ALL SELECT 1, '', 0, '', '', 0 ORDER BY 1, 2, 3",
-								-1, &idx, NULL);
+		rc = fenceGuardTriggersRead(conn->db, id, &tr);
 	if (rc == SQLITE_OK)
+		rc = fenceUniqueIndexesRead(conn->db, zTable, &ix);
+	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr.n; t++)
 	{
-		sqlite3_bind_int64(trg, 1, id);
-		sqlite3_bind_text(trg, 2, FENCE_LOOKUP_ALIAS, -1, SQLITE_STATIC);
-		sqlite3_bind_text(trg, 3, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
-		sqlite3_bind_text(idx, 1, zTable, -1, SQLITE_STATIC);
-	}
-	while (rc == SQLITE_OK && zMissing == NULL && !bSentinel &&
-		   (rc = sqlite3_step(trg)) == SQLITE_ROW)
-	{
-		const char *zName = (const char *) sqlite3_column_text(trg, 1);
-		const char *zRaw = (const char *) sqlite3_column_text(trg, 2);
+		const char *zName = tr.a[t].zName;
 		char	   *zSql;
-		int			bIdxSentinel = 0;
 
-		rc = SQLITE_OK;
-		if (sqlite3_column_int(trg, 0) == 1)
-		{
-			bSentinel = 1;
-			break;
-		}
-		if (zName == NULL || zRaw == NULL)
-		{
-			zMissing = sqlite3_mprintf("the triggers read back NULL");
-			break;
-		}
-		zSql = sqlWithoutLiterals(zRaw);
+		/* the triggers of this shape that look up (the alias may be in a literal only) */
+		if (strstr(tr.a[t].zSql, FENCE_LOOKUP_ALIAS) == NULL ||
+			strstr(tr.a[t].zSql, FENCE_GUARD_SHAPE) == NULL)
+			continue;
+		zSql = sqlWithoutLiterals(tr.a[t].zSql);
 		if (zSql == NULL)
 		{
 			rc = SQLITE_NOMEM;
@@ -817,78 +688,60 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 		}
 		if (!containsNoCase(zSql, FENCE_LOOKUP_ALIAS))
 		{
-			sqlite3_free(zSql);		/* the alias was in a literal: no look-ups */
+			sqlite3_free(zSql);
 			continue;
 		}
 		if (!oldComparisonsBinary(zSql))
-		{
 			zMissing = sqlite3_mprintf("trigger \"%s\" compares with OLD under the columns' "
 									   "own collations, as an earlier 1.4 build wrote it", zName);
-			sqlite3_free(zSql);
-			break;
-		}
-		/* one row per column of each index, then the sentinel: judge an index at its end */
-		while (rc == SQLITE_OK && zMissing == NULL && (rc = sqlite3_step(idx)) == SQLITE_ROW)
+		for (i = 0; rc == SQLITE_OK && zMissing == NULL && i < ix.n; i++)
 		{
-			int			bEnd = sqlite3_column_int(idx, 0) == 1;
-			const char *zIdx = (const char *) sqlite3_column_text(idx, 1);
-			const char *zCol = (const char *) sqlite3_column_text(idx, 3);
-			const char *zColl = (const char *) sqlite3_column_text(idx, 4);
+			const FenceUniqueIndex *x = &ix.a[i];
+			char	   *zTerm = NULL;
+			char	   *zKeyCall = NULL;
 
-			rc = SQLITE_OK;
-			if (zIdx == NULL || zCol == NULL || zColl == NULL)
+			for (j = 0; j < x->nCol; j++)
 			{
-				zMissing = sqlite3_mprintf("the UNIQUE indexes read back NULL");
-				break;
-			}
-			if (zIndex != NULL && (bEnd || strcmp(zIndex, zIdx) != 0))
-			{
-				if (zTerm == NULL || (!holdsLookup(zSql, zTerm) &&
-									  (zKeyCall == NULL || !containsNoCase(zSql, zKeyCall))))
-					zMissing = sqlite3_mprintf("UNIQUE index \"%s\" in trigger \"%s\"",
-											   zIndex, zName);
-				sqlite3_free(zIndex);
-				sqlite3_free(zTerm);
-				sqlite3_free(zKeyCall);
-				zIndex = zTerm = zKeyCall = NULL;
-				if (zMissing != NULL)
+				if (x->aCol[j].zName == NULL)
+					break;		/* an expression: no look-up can be its */
+				zTerm = fenceLookupTerm(zTerm, x->aCol[j].zName, x->aCol[j].zColl);
+				if (zTerm == NULL)
 					break;
 			}
-			if (bEnd)
-			{
-				bIdxSentinel = 1;
-				break;
-			}
-			if (zIndex == NULL)
-			{
-				zIndex = sqlite3_mprintf("%s", zIdx);
-				zTerm = fenceLookupTerm(NULL, zCol, zColl);
-				if (sqlite3_column_int(idx, 5) == 1 && sqlite3_stricmp(zColl, "BINARY") == 0)
-					zKeyCall = sqlite3_mprintf("(%lld, '', c.\"%w\"", (long long) id, zCol);
-			}
-			else if (zTerm != NULL)
-				zTerm = fenceLookupTerm(zTerm, zCol, zColl);
-			if (zIndex == NULL || zTerm == NULL)
+			if (j == x->nCol && x->nCol == 1 && sqlite3_stricmp(x->aCol[0].zColl, "BINARY") == 0)
+				zKeyCall = sqlite3_mprintf("(%lld, '', c.\"%w\"", (long long) id, x->aCol[0].zName);
+			if (j == x->nCol && zTerm == NULL)
 				rc = SQLITE_NOMEM;
+			else if (j < x->nCol || (!holdsLookup(zSql, zTerm) &&
+									 (zKeyCall == NULL || !containsNoCase(zSql, zKeyCall))))
+				zMissing = sqlite3_mprintf("UNIQUE index \"%s\" in trigger \"%s\"", x->zName, zName);
+			sqlite3_free(zTerm);
+			sqlite3_free(zKeyCall);
 		}
-		if (rc == SQLITE_OK && zMissing == NULL && !bIdxSentinel)
-			zMissing = sqlite3_mprintf("the UNIQUE indexes could not be read whole");
-		sqlite3_reset(idx);
 		sqlite3_free(zSql);
 	}
-	if (rc == SQLITE_OK && zMissing == NULL && !bSentinel)
-		zMissing = sqlite3_mprintf("the guard's triggers could not be read whole");
-	sqlite3_free(zIndex);
-	sqlite3_free(zTerm);
-	sqlite3_free(zKeyCall);
-	sqlite3_finalize(trg);
-	sqlite3_finalize(idx);
-	if (rc != SQLITE_OK && rc != SQLITE_DONE)
+	fenceGuardTriggersFree(&tr);
+	fenceUniqueIndexesFree(&ix);
+	if (rc == FENCE_RC_INVALID)
 	{
 		sqlite3_free(zMissing);
-		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers and UNIQUE "
-										"indexes of \"%s\": %s", (long long) id, zTable,
-										sqlite3_errmsg(conn->db)));
+		refuse(ctx, rc,
+			   sqlite3_mprintf("fence guard refused: the columns, triggers or UNIQUE indexes of "
+							   "\"%s\" read back blinded or not at all (an authorizer "
+							   "(sqlite3_set_authorizer) that answers SQLITE_IGNORE to reads of "
+							   "sqlite_schema, pragma_table_xinfo, pragma_index_list or "
+							   "pragma_index_xinfo, or to a SELECT?), and a REPLACE through an "
+							   "index the guard does not see would delete rows unchecked; let "
+							   "the authorizer allow them", zTable));
+		return 0;
+	}
+	if (rc != SQLITE_OK)
+	{
+		sqlite3_free(zMissing);
+		refuse(ctx, rc, rc == SQLITE_NOMEM ? NULL :
+			   sqlite3_mprintf("fence guard %lld: cannot read the triggers and UNIQUE "
+							   "indexes of \"%s\": %s", (long long) id, zTable,
+							   sqlite3_errmsg(conn->db)));
 		return 0;
 	}
 	if (zMissing != NULL)

@@ -517,93 +517,72 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	char	   *zNotOld = NULL;
 	char	   *zWitness = NULL;
 	int			bReported = 0;	/* the error is set already (not SQLite's) */
+	FenceUniqueIndexes ix;
 	int			rc;
+	int			i,
+				j;
 
-	rc = sqlite3_prepare_v2(db,
-							"SELECT l.name, x.cid, x.name, x.coll, "
-							"(SELECT count(*) FROM pragma_index_xinfo(l.name, 'main') AS y WHERE y.key) "
-							"FROM pragma_index_list(?1, 'main') AS l, "
-							"pragma_index_xinfo(l.name, 'main') AS x "
-							"WHERE l.\"unique\" AND x.key ORDER BY l.name, x.seqno",
-							-1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-		sqlite3_bind_text(stmt, 1, spec->zTable, -1, SQLITE_STATIC);
+	rc = fenceUniqueIndexesRead(db, spec->zTable, &ix);
+	if (rc == FENCE_RC_INVALID)
 	{
-		char	   *zIndex = NULL;	/* the index whose term is being built */
-		char	   *zTerm = NULL;	/* its look-up, then char 2, then "a column changed" */
-		char	   *zChg = NULL;
+		resultError(ctx, SQLITE_ERROR,
+					sqlite3_mprintf("fence_protect: the UNIQUE indexes of \"%s\" read back "
+									"blinded or not at all (an authorizer that answers "
+									"SQLITE_IGNORE to reads of pragma_index_list or "
+									"pragma_index_xinfo, or to a SELECT?); the table is left "
+									"unguarded", spec->zTable));
+		bReported = 1;
+	}
+	for (i = 0; rc == SQLITE_OK && zTerms && i < ix.n; i++)
+	{
+		const FenceUniqueIndex *x = &ix.a[i];
+		char	   *zTerm = NULL;	/* its look-up */
+		char	   *zChg = NULL;	/* "one of its columns changed" */
 
-		while (rc == SQLITE_OK && zTerms && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-		{
-			rc = SQLITE_OK;		/* until the next step */
-			const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-			const char *zCol = (const char *) sqlite3_column_text(stmt, 2);
-			const char *zColl = (const char *) sqlite3_column_text(stmt, 3);
-			int			nKeyCols = sqlite3_column_int(stmt, 4);
-
-			if (sqlite3_column_int(stmt, 1) < 0 || zCol == NULL)
-			{
-				resultError(ctx, SQLITE_ERROR,
-							sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" of \"%s\" is on "
-											"an expression; fence cannot look up the rows a "
-											"REPLACE through it would delete, so a per-row guard "
-											"refuses such a table; the table is left unguarded",
-											zName, spec->zTable));
-				rc = SQLITE_ERROR;
-				bReported = 1;
+		for (j = 0; j < x->nCol; j++)
+			if (x->aCol[j].iCid < 0 || x->aCol[j].zName == NULL)
 				break;
-			}
-			if (nKeyCols == 1 && sqlite3_stricmp(zCol, spec->zKeyColumn) == 0 &&
-				(zColl == NULL || sqlite3_stricmp(zColl, "BINARY") == 0))
-				continue;
-			if (witnessAdd(&zWitness, zCol) != SQLITE_OK)
-				rc = SQLITE_NOMEM;
-			if (zIndex == NULL || strcmp(zIndex, zName) != 0)
-			{
-				if (zTerm && zChg)
-				{
-					char	   *z = sqlite3_mprintf("%s%s%s\002%s", zTerms, zTerms[0] ? "\001" : "",
-													zTerm, zChg);
+		if (j < x->nCol)
+		{
+			resultError(ctx, SQLITE_ERROR,
+						sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" of \"%s\" is on "
+										"an expression; fence cannot look up the rows a "
+										"REPLACE through it would delete, so a per-row guard "
+										"refuses such a table; the table is left unguarded",
+										x->zName, spec->zTable));
+			rc = SQLITE_ERROR;
+			bReported = 1;
+			break;
+		}
+		if (x->nCol == 1 && sqlite3_stricmp(x->aCol[0].zName, spec->zKeyColumn) == 0 &&
+			sqlite3_stricmp(x->aCol[0].zColl, "BINARY") == 0)
+			continue;
+		for (j = 0; rc == SQLITE_OK && j < x->nCol; j++)
+		{
+			const char *zCol = x->aCol[j].zName;
+			char	   *y = sqlite3_mprintf("%s%sNEW.\"%w\" IS NOT OLD.\"%w\"" FENCE_OLD_COLLATE,
+											zChg ? zChg : "", zChg ? " OR " : "", zCol, zCol);
 
-					sqlite3_free(zTerms);
-					zTerms = z;
-				}
-				sqlite3_free(zTerm);
-				sqlite3_free(zChg);
-				sqlite3_free(zIndex);
-				zIndex = sqlite3_mprintf("%s", zName);
-				zTerm = fenceLookupTerm(NULL, zCol, zColl);
-				zChg = sqlite3_mprintf("NEW.\"%w\" IS NOT OLD.\"%w\"" FENCE_OLD_COLLATE,
-									   zCol, zCol);
-			}
-			else
-			{
-				char	   *y = sqlite3_mprintf("%s OR NEW.\"%w\" IS NOT OLD.\"%w\""
-												FENCE_OLD_COLLATE, zChg, zCol, zCol);
-
-				zTerm = fenceLookupTerm(zTerm, zCol, zColl);
-				sqlite3_free(zChg);
-				zChg = y;
-			}
-			if (zIndex == NULL || zTerm == NULL || zChg == NULL)
+			sqlite3_free(zChg);
+			zChg = y;
+			zTerm = fenceLookupTerm(zTerm, zCol, x->aCol[j].zColl);
+			if (witnessAdd(&zWitness, zCol) != SQLITE_OK || zTerm == NULL || zChg == NULL)
 				rc = SQLITE_NOMEM;
 		}
-		if (rc == SQLITE_DONE || (rc == SQLITE_OK && zTerms == NULL))
+		if (rc == SQLITE_OK)
 		{
-			rc = zTerms ? SQLITE_OK : SQLITE_NOMEM;
-			if (zTerm && zChg && zTerms)
-			{
-				char	   *z = sqlite3_mprintf("%s%s%s\002%s", zTerms, zTerms[0] ? "\001" : "",
-												zTerm, zChg);
+			char	   *z = sqlite3_mprintf("%s%s%s\002%s", zTerms, zTerms[0] ? "\001" : "",
+											zTerm, zChg);
 
-				sqlite3_free(zTerms);
-				zTerms = z;
-			}
+			sqlite3_free(zTerms);
+			zTerms = z;
 		}
 		sqlite3_free(zTerm);
 		sqlite3_free(zChg);
-		sqlite3_free(zIndex);
 	}
+	fenceUniqueIndexesFree(&ix);
+	if (rc == SQLITE_OK && zTerms == NULL)
+		rc = SQLITE_NOMEM;
 	sqlite3_finalize(stmt);
 	if (bReported)
 	{

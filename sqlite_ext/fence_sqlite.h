@@ -374,6 +374,48 @@ fenceStatsCount(FenceConn *conn, int slot, int bStale, sqlite3_int64 token)
 		fenceStatsReject(conn, slot, token);
 }
 
+/* fence_schema_read.c: the schema read whole through an authorizer */
+typedef struct FenceIndexColumn
+{
+	int			iSeq;			/* position in the index */
+	int			iCid;			/* the table's column; -1 the rowid, -2 an expression */
+	char	   *zName;			/* NULL for an expression */
+	char	   *zColl;
+} FenceIndexColumn;
+
+typedef struct FenceUniqueIndex
+{
+	char	   *zName;
+	int			nCol;			/* its key columns, in index order */
+	FenceIndexColumn *aCol;
+} FenceUniqueIndex;
+
+typedef struct FenceUniqueIndexes
+{
+	int			n;				/* sorted by name */
+	FenceUniqueIndex *a;
+} FenceUniqueIndexes;
+
+typedef struct FenceGuardTrigger
+{
+	char	   *zName;
+	char	   *zTable;
+	char	   *zSql;
+} FenceGuardTrigger;
+
+typedef struct FenceGuardTriggers
+{
+	int			n;
+	FenceGuardTrigger *a;
+	char	   *zPrefix;		/* "fence:<id>:" */
+} FenceGuardTriggers;
+
+int			fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p);
+void		fenceUniqueIndexesFree(FenceUniqueIndexes *p);
+int			fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p);
+void		fenceGuardTriggersFree(FenceGuardTriggers *p);
+int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
+
 /* fence_guard.c */
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 							const char **pzRes, int *pnRes, int bKeyed);
@@ -383,7 +425,6 @@ void		fenceGuardRolledBack(FenceConn *conn);
 int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
-int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
 /* fence_protect.c */
 char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques);
 char	   *fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl);

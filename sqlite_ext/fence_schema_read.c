@@ -1,0 +1,334 @@
+/*
+ * fence_schema_read.c
+ *
+ * Reading the schema through the application's authorizer: the UNIQUE
+ * indexes of a protected table, a guard's triggers, a table's columns, as
+ * fence_protect (fence_protect.c) and admission (fence_guard.c) need them.
+ *
+ * An authorizer (sqlite3_set_authorizer) runs at every prepare, sees each
+ * column a statement reads, and may answer SQLITE_IGNORE:
+ *   - to a column read: the column reads NULL there, and only there. A
+ *     WHERE, a join or a GROUP BY on it drops rows without a trace, while
+ *     the same column read elsewhere in the statement comes back whole;
+ *   - to SQLITE_SELECT: that SELECT is skipped and yields no rows, with no
+ *     error. Each part of a compound SELECT is asked on its own, so a
+ *     sentinel row added with UNION ALL proves nothing: the part before it
+ *     can be skipped alone.
+ * And it may keep state, answering one statement otherwise than the next
+ * (the probe that checks for blinding passes, the read after it does not).
+ *
+ * So every read here is one plain SELECT of the columns it needs: no WHERE,
+ * no join, no compound, each column named once, every value checked in C
+ * (a NULL where the schema has none is a blinded read), the filtering done
+ * in C. That SELECT can still be skipped whole; the number of rows it gave
+ * is therefore checked against count(*) of the same source, an aggregate
+ * that yields exactly one row unless it too is skipped (then none: also
+ * refused), and that reads no column an authorizer could blind.
+ *
+ * Errors: SQLITE_OK; FENCE_RC_INVALID when a read came back blinded or
+ * skipped (the caller says so to the user); else SQLite's error.
+ */
+#include "fence_sqlite.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+SQLITE_EXTENSION_INIT3
+
+/*
+ * Run zRows (one plain SELECT, ?1 bound to zArg when not NULL), giving each
+ * row to xRow, then zCount, the count(*) of the same source: the two must
+ * agree. xRow returns SQLITE_OK, FENCE_RC_INVALID for a value that cannot be
+ * (a blinded read), or an error.
+ */
+static int
+readWhole(sqlite3 *db, const char *zRows, const char *zCount, const char *zArg,
+		  int (*xRow) (void *, sqlite3_stmt *), void *pArg)
+{
+	sqlite3_stmt *stmt = NULL;
+	sqlite3_int64 nRows = 0;
+	int			rc;
+
+	rc = sqlite3_prepare_v2(db, zRows, -1, &stmt, NULL);
+	if (rc == SQLITE_OK && zArg != NULL)
+		rc = sqlite3_bind_text(stmt, 1, zArg, -1, SQLITE_STATIC);
+	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+	{
+		nRows++;
+		rc = xRow(pArg, stmt);
+	}
+	sqlite3_finalize(stmt);
+	if (rc != SQLITE_DONE)
+		return rc;
+
+	stmt = NULL;
+	rc = sqlite3_prepare_v2(db, zCount, -1, &stmt, NULL);
+	if (rc == SQLITE_OK && zArg != NULL)
+		rc = sqlite3_bind_text(stmt, 1, zArg, -1, SQLITE_STATIC);
+	if (rc == SQLITE_OK)
+	{
+		rc = sqlite3_step(stmt);
+		if (rc == SQLITE_ROW)
+			rc = sqlite3_column_type(stmt, 0) == SQLITE_INTEGER &&
+				sqlite3_column_int64(stmt, 0) == nRows ? SQLITE_OK : FENCE_RC_INVALID;
+		else if (rc == SQLITE_DONE)
+			rc = FENCE_RC_INVALID;	/* the count was skipped */
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------
+ * The UNIQUE indexes of a table.
+ * ------------------------------------------------------------------ */
+
+void
+fenceUniqueIndexesFree(FenceUniqueIndexes *p)
+{
+	int			i,
+				j;
+
+	for (i = 0; i < p->n; i++)
+	{
+		for (j = 0; j < p->a[i].nCol; j++)
+		{
+			sqlite3_free(p->a[i].aCol[j].zName);
+			sqlite3_free(p->a[i].aCol[j].zColl);
+		}
+		sqlite3_free(p->a[i].aCol);
+		sqlite3_free(p->a[i].zName);
+	}
+	sqlite3_free(p->a);
+	p->a = NULL;
+	p->n = 0;
+}
+
+static char *
+dupText(sqlite3_stmt *stmt, int i)
+{
+	return sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, i));
+}
+
+/* pragma_index_list: name, unique; keeps the UNIQUE ones */
+static int
+indexListRow(void *pArg, sqlite3_stmt *stmt)
+{
+	FenceUniqueIndexes *p = pArg;
+	FenceUniqueIndex *a;
+
+	if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
+		sqlite3_column_type(stmt, 1) != SQLITE_INTEGER)
+		return FENCE_RC_INVALID;
+	if (!sqlite3_column_int(stmt, 1))
+		return SQLITE_OK;
+	a = sqlite3_realloc64(p->a, sizeof(*a) * (sqlite3_uint64) (p->n + 1));
+	if (a == NULL)
+		return SQLITE_NOMEM;
+	p->a = a;
+	memset(&a[p->n], 0, sizeof(*a));
+	if ((a[p->n].zName = dupText(stmt, 0)) == NULL)
+		return SQLITE_NOMEM;
+	p->n++;
+	return SQLITE_OK;
+}
+
+typedef struct IndexColumnsRead
+{
+	FenceUniqueIndex *pIndex;
+	int			nAlloc;
+} IndexColumnsRead;
+
+/* pragma_index_xinfo: seqno, cid, name, coll, key; keeps the key columns */
+static int
+indexColumnRow(void *pArg, sqlite3_stmt *stmt)
+{
+	IndexColumnsRead *r = pArg;
+	FenceUniqueIndex *x = r->pIndex;
+	FenceIndexColumn *c;
+	int			i;
+
+	if (sqlite3_column_type(stmt, 0) != SQLITE_INTEGER ||
+		sqlite3_column_type(stmt, 1) != SQLITE_INTEGER ||
+		sqlite3_column_type(stmt, 4) != SQLITE_INTEGER)
+		return FENCE_RC_INVALID;
+	if (!sqlite3_column_int(stmt, 4))
+		return SQLITE_OK;
+	/* a key column has a collation, and a name unless an expression (-2) or the rowid (-1) */
+	if (sqlite3_column_type(stmt, 3) != SQLITE_TEXT ||
+		(sqlite3_column_type(stmt, 2) != SQLITE_TEXT && sqlite3_column_int(stmt, 1) >= 0))
+		return FENCE_RC_INVALID;
+	if (x->nCol == r->nAlloc)
+	{
+		int			nAlloc = r->nAlloc * 2 + 4;
+
+		c = sqlite3_realloc64(x->aCol, sizeof(*c) * (sqlite3_uint64) nAlloc);
+		if (c == NULL)
+			return SQLITE_NOMEM;
+		x->aCol = c;
+		r->nAlloc = nAlloc;
+	}
+	c = &x->aCol[x->nCol];
+	memset(c, 0, sizeof(*c));
+	c->iSeq = sqlite3_column_int(stmt, 0);
+	c->iCid = sqlite3_column_int(stmt, 1);
+	x->nCol++;
+	if (sqlite3_column_type(stmt, 2) == SQLITE_TEXT && (c->zName = dupText(stmt, 2)) == NULL)
+		return SQLITE_NOMEM;
+	if ((c->zColl = dupText(stmt, 3)) == NULL)
+		return SQLITE_NOMEM;
+	/* in index order, whatever order the rows came in */
+	for (i = x->nCol - 1; i > 0 && x->aCol[i - 1].iSeq > x->aCol[i].iSeq; i--)
+	{
+		FenceIndexColumn t = x->aCol[i];
+
+		x->aCol[i] = x->aCol[i - 1];
+		x->aCol[i - 1] = t;
+	}
+	return SQLITE_OK;
+}
+
+static int
+compareIndexNames(const void *a, const void *b)
+{
+	return strcmp(((const FenceUniqueIndex *) a)->zName, ((const FenceUniqueIndex *) b)->zName);
+}
+
+/*
+ * The UNIQUE indexes of main.zTable, sorted by name (BINARY), each with its
+ * key columns in index order. SQLITE_OK, FENCE_RC_INVALID (blinded or
+ * skipped), or an error; *p is empty on any but SQLITE_OK.
+ */
+int
+fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p)
+{
+	int			rc;
+	int			i;
+
+	p->a = NULL;
+	p->n = 0;
+	rc = readWhole(db, "SELECT name, \"unique\" FROM pragma_index_list(?1, 'main')",
+				   "SELECT count(*) FROM pragma_index_list(?1, 'main')", zTable,
+				   indexListRow, p);
+	for (i = 0; rc == SQLITE_OK && i < p->n; i++)
+	{
+		IndexColumnsRead r = {&p->a[i], 0};
+
+		rc = readWhole(db, "SELECT seqno, cid, name, coll, key FROM pragma_index_xinfo(?1, 'main')",
+					   "SELECT count(*) FROM pragma_index_xinfo(?1, 'main')", p->a[i].zName,
+					   indexColumnRow, &r);
+		/* a UNIQUE index has a key column: none means the read was cut */
+		if (rc == SQLITE_OK && p->a[i].nCol == 0)
+			rc = FENCE_RC_INVALID;
+	}
+	if (rc != SQLITE_OK)
+		fenceUniqueIndexesFree(p);
+	else if (p->n > 1)
+		qsort(p->a, (size_t) p->n, sizeof(p->a[0]), compareIndexNames);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------
+ * A guard's triggers.
+ * ------------------------------------------------------------------ */
+
+void
+fenceGuardTriggersFree(FenceGuardTriggers *p)
+{
+	int			i;
+
+	for (i = 0; i < p->n; i++)
+	{
+		sqlite3_free(p->a[i].zName);
+		sqlite3_free(p->a[i].zTable);
+		sqlite3_free(p->a[i].zSql);
+	}
+	sqlite3_free(p->a);
+	sqlite3_free(p->zPrefix);
+	p->a = NULL;
+	p->n = 0;
+	p->zPrefix = NULL;
+}
+
+/* sqlite_schema: type, name, tbl_name, sql; keeps the guard's triggers */
+static int
+guardTriggerRow(void *pArg, sqlite3_stmt *stmt)
+{
+	FenceGuardTriggers *p = pArg;
+	const char *zType = (const char *) sqlite3_column_text(stmt, 0);
+	const char *zName = (const char *) sqlite3_column_text(stmt, 1);
+	FenceGuardTrigger *a;
+
+	/* every object has a type, a name and a table; all but an index its SQL */
+	if (zType == NULL || zName == NULL || sqlite3_column_type(stmt, 2) != SQLITE_TEXT ||
+		(sqlite3_column_type(stmt, 3) != SQLITE_TEXT && strcmp(zType, "index") != 0))
+		return FENCE_RC_INVALID;
+	if (strcmp(zType, "trigger") != 0 || strncmp(zName, p->zPrefix, strlen(p->zPrefix)) != 0)
+		return SQLITE_OK;
+	a = sqlite3_realloc64(p->a, sizeof(*a) * (sqlite3_uint64) (p->n + 1));
+	if (a == NULL)
+		return SQLITE_NOMEM;
+	p->a = a;
+	a += p->n++;
+	a->zName = dupText(stmt, 1);
+	a->zTable = dupText(stmt, 2);
+	a->zSql = dupText(stmt, 3);
+	return a->zName && a->zTable && a->zSql ? SQLITE_OK : SQLITE_NOMEM;
+}
+
+/*
+ * The triggers of guard id in main ("fence:<id>:..."), in schema order.
+ * SQLITE_OK, FENCE_RC_INVALID (blinded or skipped), or an error; *p must be
+ * freed with fenceGuardTriggersFree whatever the result.
+ */
+int
+fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p)
+{
+	p->a = NULL;
+	p->n = 0;
+	p->zPrefix = sqlite3_mprintf("fence:%lld:", (long long) id);
+	if (p->zPrefix == NULL)
+		return SQLITE_NOMEM;
+	return readWhole(db, "SELECT type, name, tbl_name, sql FROM main.sqlite_schema",
+					 "SELECT count(*) FROM main.sqlite_schema", NULL, guardTriggerRow, p);
+}
+
+/* ---------------------------------------------------------------------
+ * A table's columns.
+ * ------------------------------------------------------------------ */
+
+/* pragma_table_xinfo: name */
+static int
+rowidColumnRow(void *pArg, sqlite3_stmt *stmt)
+{
+	int		   *pbHas = pArg;
+	const char *zName = (const char *) sqlite3_column_text(stmt, 0);
+
+	if (zName == NULL)
+		return FENCE_RC_INVALID;
+	if (sqlite3_stricmp(zName, "rowid") == 0)
+		*pbHas = 1;
+	return SQLITE_OK;
+}
+
+/*
+ * Does main.zTable have a column named rowid (any case)? A per-row guard's
+ * look-ups name the row by "rowid" ("c.rowid = NEW.rowid", "c.rowid <>
+ * OLD.rowid"), which a column of that name takes over from the real rowid:
+ * a REPLACE onto another row's rowid (through oid or _rowid_) would find
+ * nothing to check. 1 or 0 in *pbHas; FENCE_RC_INVALID when the read came
+ * back blinded or skipped (every table has a column).
+ */
+int
+fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
+{
+	int			rc;
+
+	*pbHas = 0;
+	rc = readWhole(db, "SELECT name FROM pragma_table_xinfo(?1, 'main')",
+				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
+				   rowidColumnRow, pbHas);
+	if (rc == SQLITE_OK && sqlite3_table_column_metadata(db, "main", zTable, NULL, NULL, NULL,
+														 NULL, NULL, NULL) != SQLITE_OK)
+		rc = FENCE_RC_INVALID;	/* no such table: nothing was read */
+	return rc;
+}
