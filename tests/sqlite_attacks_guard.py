@@ -606,6 +606,55 @@ def record_format_attacks():
        "error: %r\nrows: %r" % (err, rows))
 
 
+def generated_rowid_attacks():
+    """A generated key or UNIQUE column over the INTEGER PRIMARY KEY: before
+    an INSERT that leaves the rowid to SQLite, the BEFORE INSERT guard sees
+    it computed from rowid -1, and the row is written with another value.
+    A key k AS ('u' || id) let a stale INSERT commit on a:u2 (the guard
+    checked a:u-1); a UNIQUE g AS (id > 0) let an INSERT OR REPLACE delete
+    a:y's row (attacker round 15). fence_protect refuses such a table; one
+    without an INTEGER PRIMARY KEY keeps its generated UNIQUE column looked
+    up."""
+    cases = {
+        "a generated key over the INTEGER PRIMARY KEY":
+            "CREATE TABLE a(id INTEGER PRIMARY KEY, k TEXT AS ('u' || id) STORED UNIQUE, "
+            "v TEXT, tok INTEGER)",
+        "a VIRTUAL generated key over the INTEGER PRIMARY KEY":
+            "CREATE TABLE a(id INTEGER PRIMARY KEY, k TEXT AS ('u' || id) VIRTUAL, "
+            "v TEXT, tok INTEGER)",
+        "a generated UNIQUE column over the INTEGER PRIMARY KEY":
+            "CREATE TABLE a(id INTEGER PRIMARY KEY, k TEXT UNIQUE, g INTEGER AS (id > 0) UNIQUE, "
+            "v TEXT, tok INTEGER)",
+    }
+    for i, (what, ddl) in enumerate(sorted(cases.items())):
+        path = os.path.join(work, "genrowid-%d.db" % i)
+        c = connect(path)
+        c.execute(ddl)
+        err = attempt(c, "SELECT fence_protect('a', 'tok', 'a:', 'k')")
+        n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+        c.close()
+        ok(err is not None and "generated" in err and n == 0,
+           "%s: fence_protect refuses the table, no guard made" % what, (err, n))
+
+    # no INTEGER PRIMARY KEY: the generated UNIQUE column is looked up
+    path = os.path.join(work, "genrowid-plain.db")
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE a(k TEXT PRIMARY KEY, name TEXT, g TEXT AS (lower(name)) UNIQUE, tok INTEGER);
+        SELECT fence_protect('a', 'tok', 'a:', 'k');
+        SELECT fence_check('a:y', 100);
+        INSERT INTO a(k, name, tok) VALUES ('y', 'Bob', 100);
+    """)
+    err = script(c, ["BEGIN", "INSERT OR REPLACE INTO a(k, name, tok) VALUES ('x', 'BOB', 5)",
+                     "COMMIT"])
+    attempt(c, "ROLLBACK")
+    c.close()
+    rows, _ = committed(path, "a")
+    ok(err is not None and rows == [("y", "Bob", "bob", 100)],
+       "a generated UNIQUE column without an INTEGER PRIMARY KEY: a REPLACE through it "
+       "is looked up (a:y's row stays)", "error: %r\nrows: %r" % (err, rows))
+
+
 def collation_compare_attacks():
     """An UPDATE's look-up runs only when the row's indexed columns changed
     ("NEW.b IS NOT OLD.b"), and skips the row being updated ("c.a IS OLD.a",
@@ -828,7 +877,7 @@ def shape_attacks():
         SELECT fence_protect('wr', 'tok', 'wr:', 'k');
         INSERT INTO wr VALUES ('a', 'x', 5);
         SELECT fence_check('wr:a', 9);
-        CREATE TABLE gen(id INTEGER PRIMARY KEY, k TEXT GENERATED ALWAYS AS ('g' || id) STORED,
+        CREATE TABLE gen(id INTEGER, k TEXT GENERATED ALWAYS AS ('g' || id) STORED,
                          v INTEGER, tok INTEGER);
         SELECT fence_protect('gen', 'tok', 'gen:', 'k');
         INSERT INTO gen(id, v, tok) VALUES (1, 1, 5);
@@ -1146,6 +1195,7 @@ def main():
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
                      rowid_column_attacks, crafted_lookup_attacks, record_format_attacks,
+                     generated_rowid_attacks,
                      collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
