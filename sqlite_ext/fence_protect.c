@@ -1118,6 +1118,31 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 			goto done;
 		}
 	}
+	/* a per-row guard reads its key and UNIQUE columns before SQLite assigns the rowid */
+	if (spec.zKeyColumn)
+	{
+		char	   *zGenerated = NULL;
+		int			rc = fenceGeneratedOverRowid(db, zCanonical, spec.zKeyColumn, &zGenerated);
+
+		if (rc != SQLITE_OK || zGenerated != NULL)
+		{
+			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
+						rc == SQLITE_OK ?
+						sqlite3_mprintf("fence_protect: column \"%s\" of \"%s\" is generated, "
+										"and the table has an INTEGER PRIMARY KEY: before an "
+										"INSERT, SQLite computes it from a rowid not yet "
+										"assigned, so a per-row guard would check the wrong "
+										"%s; use a plain column; the table is left unguarded",
+										zGenerated, zCanonical,
+										sqlite3_stricmp(zGenerated, spec.zKeyColumn) == 0 ?
+										"resource" : "rows for a REPLACE") :
+						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\" "
+										"(an authorizer?); the table is left unguarded",
+										zCanonical));
+			sqlite3_free(zGenerated);
+			goto done;
+		}
+	}
 	if ((spec.zTokenColumn && !lookupColumn(ctx, zCanonical, spec.zTokenColumn, NULL)) ||
 		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)) ||
 		!checkColumnTypes(ctx, &spec) ||

@@ -332,3 +332,107 @@ fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
 		rc = FENCE_RC_INVALID;	/* no such table: nothing was read */
 	return rc;
 }
+
+typedef struct TableColumns
+{
+	int			nCol;
+	int			nAlloc;
+	char	  **azName;			/* the generated ones only, else NULL */
+	int			nIntegerPk;		/* columns declared INTEGER in the primary key */
+	int			nPk;			/* columns in the primary key */
+} TableColumns;
+
+/* pragma_table_xinfo: name, type, pk, hidden */
+static int
+tableColumnRow(void *pArg, sqlite3_stmt *stmt)
+{
+	TableColumns *t = pArg;
+	const char *zName = (const char *) sqlite3_column_text(stmt, 0);
+	int			hidden = sqlite3_column_int(stmt, 3);
+
+	/* every column has a name, a type (maybe ''), a pk and a hidden flag */
+	if (zName == NULL || sqlite3_column_type(stmt, 1) != SQLITE_TEXT ||
+		sqlite3_column_type(stmt, 2) != SQLITE_INTEGER ||
+		sqlite3_column_type(stmt, 3) != SQLITE_INTEGER)
+		return FENCE_RC_INVALID;
+	if (sqlite3_column_int(stmt, 2) > 0)
+	{
+		t->nPk++;
+		if (sqlite3_stricmp((const char *) sqlite3_column_text(stmt, 1), "INTEGER") == 0)
+			t->nIntegerPk++;
+	}
+	if (t->nCol == t->nAlloc)
+	{
+		int			nAlloc = t->nAlloc * 2 + 8;
+		char	  **a = sqlite3_realloc64(t->azName, sizeof(char *) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+			return SQLITE_NOMEM;
+		t->azName = a;
+		t->nAlloc = nAlloc;
+	}
+	t->azName[t->nCol] = NULL;
+	/* hidden 2: a VIRTUAL generated column, 3: a STORED one */
+	if ((hidden == 2 || hidden == 3) && (t->azName[t->nCol] = dupText(stmt, 0)) == NULL)
+		return SQLITE_NOMEM;
+	t->nCol++;
+	return SQLITE_OK;
+}
+
+static int
+isGenerated(const TableColumns *t, const char *zName)
+{
+	int			i;
+
+	for (i = 0; i < t->nCol; i++)
+		if (t->azName[i] != NULL && sqlite3_stricmp(t->azName[i], zName) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * A generated column that a per-row guard reads before the row is written
+ * (the key, or a column of a UNIQUE index, which its REPLACE look-ups
+ * compare), in a table whose rowid has a column alias (its INTEGER PRIMARY
+ * KEY): SQLite computes it, for the BEFORE INSERT triggers, from a rowid it
+ * has not assigned yet (-1), and the row is written with another value. The
+ * guard would check the wrong resource, or look up the wrong victims of a
+ * REPLACE. A generated column can reach the rowid only through such an
+ * alias (it cannot name rowid), so a table without an INTEGER primary key
+ * column is safe. *pzColumn is the first such column (sqlite3_free it), or
+ * NULL. SQLITE_OK, FENCE_RC_INVALID (blinded or skipped), or an error.
+ */
+int
+fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey, char **pzColumn)
+{
+	TableColumns t = {0, 0, NULL, 0, 0};
+	FenceUniqueIndexes ix = {0, NULL};
+	const char *zFound = NULL;
+	int			rc;
+	int			i,
+				j;
+
+	*pzColumn = NULL;
+	rc = readWhole(db, "SELECT name, type, pk, hidden FROM pragma_table_xinfo(?1, 'main')",
+				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
+				   tableColumnRow, &t);
+	if (rc == SQLITE_OK && t.nCol == 0)
+		rc = FENCE_RC_INVALID;	/* every table has a column */
+	if (rc == SQLITE_OK && t.nPk == 1 && t.nIntegerPk == 1)
+	{
+		rc = fenceUniqueIndexesRead(db, zTable, &ix);
+		if (rc == SQLITE_OK && zKey != NULL && isGenerated(&t, zKey))
+			zFound = zKey;
+		for (i = 0; rc == SQLITE_OK && zFound == NULL && i < ix.n; i++)
+			for (j = 0; zFound == NULL && j < ix.a[i].nCol; j++)
+				if (ix.a[i].aCol[j].zName != NULL && isGenerated(&t, ix.a[i].aCol[j].zName))
+					zFound = ix.a[i].aCol[j].zName;
+		if (zFound != NULL && (*pzColumn = sqlite3_mprintf("%s", zFound)) == NULL)
+			rc = SQLITE_NOMEM;
+	}
+	fenceUniqueIndexesFree(&ix);
+	for (i = 0; i < t.nCol; i++)
+		sqlite3_free(t.azName[i]);
+	sqlite3_free(t.azName);
+	return rc;
+}

@@ -415,6 +415,8 @@ void		fenceUniqueIndexesFree(FenceUniqueIndexes *p);
 int			fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p);
 void		fenceGuardTriggersFree(FenceGuardTriggers *p);
 int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
+int			fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey,
+									char **pzColumn);
 
 /* fence_guard.c */
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
