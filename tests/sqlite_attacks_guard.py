@@ -655,6 +655,90 @@ def generated_rowid_attacks():
        "is looked up (a:y's row stays)", "error: %r\nrows: %r" % (err, rows))
 
 
+def rewriting_trigger_attacks():
+    """The application's own BEFORE UPDATE trigger writes the row being
+    updated (UPDATE a SET q = 'Q' WHERE k = NEW.k): SQLite reads the columns
+    the UPDATE does not set back from the table after its BEFORE triggers,
+    so the row is written with q = 'Q' while the guard's REPLACE look-up
+    compared NEW.q = 'q0', and UPDATE OR REPLACE deleted a:y's row (highest
+    100) in a transaction fenced on a:x alone (attacker round 15). The
+    guard must refuse while such a trigger exists, whatever its form; other
+    triggers keep working."""
+    bodies = {
+        "a BEFORE UPDATE OF trigger":
+            "CREATE TRIGGER app BEFORE UPDATE OF p ON a BEGIN "
+            "UPDATE a SET q = 'Q' WHERE k = NEW.k; END",
+        "an UPDATE trigger with no timing (BEFORE by default)":
+            "CREATE TRIGGER app UPDATE ON a BEGIN SELECT 1; UPDATE a SET q = 'Q' WHERE k = NEW.k; END",
+        "a TEMP BEFORE UPDATE trigger":
+            "CREATE TEMP TRIGGER app BEFORE UPDATE ON main.a BEGIN "
+            "UPDATE a SET q = 'Q' WHERE k = NEW.k; END",
+        "a trigger named like fence's, its header in comments and odd names":
+            'CREATE TRIGGER IF NOT EXISTS main."fence:1:update" /* AFTER */ BEFORE -- INSERT\n'
+            "UPDATE ON a BEGIN REPLACE INTO a SELECT k, p, 'Q', tok FROM a WHERE k = NEW.k; END",
+        "a write through another table's trigger":
+            "CREATE TRIGGER app BEFORE UPDATE ON a BEGIN INSERT INTO side VALUES (NEW.k); END",
+    }
+    for i, (what, ddl) in enumerate(sorted(bodies.items())):
+        path = os.path.join(work, "rewrite-%d.db" % i)
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE a(k TEXT PRIMARY KEY, p TEXT, q TEXT, tok INTEGER, UNIQUE (p, q));
+            CREATE TABLE side(k TEXT);
+            CREATE TRIGGER side_writes AFTER INSERT ON side BEGIN
+              UPDATE a SET q = 'Q' WHERE k = NEW.k; END;
+        """)
+        temp = "TEMP" in ddl
+        c.executescript("""
+            SELECT fence_protect('a', 'tok', 'a:', 'k');
+            SELECT fence_check('a:x', 10);
+            INSERT INTO a VALUES ('x', 'p0', 'q0', 10);
+            SELECT fence_check('a:y', 100);
+            INSERT INTO a VALUES ('y', 'P', 'Q', 100);
+        """)
+        # the rows first: with the trigger there, the guard refuses every write
+        if not temp:
+            c.execute(ddl)
+        c.close()
+        c = connect(path)
+        if temp:
+            c.execute(ddl)
+        err = script(c, ["BEGIN", "SELECT fence_check('a:x', 10)",
+                         "UPDATE OR REPLACE a SET p = 'P' WHERE k = 'x'", "COMMIT"])
+        attempt(c, "ROLLBACK")
+        c.close()
+        rows, tokens = committed(path, "a")
+        ok(err is not None and ("y", "P", "Q", 100) in rows,
+           "%s that writes the updated row: UPDATE OR REPLACE cannot delete a:y's row" % what,
+           "error: %r\nrows: %r" % (err, rows))
+
+    # what keeps working: a BEFORE UPDATE trigger that only checks, an AFTER
+    # UPDATE and a BEFORE INSERT trigger that write
+    path = os.path.join(work, "rewrite-ok.db")
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE a(k TEXT PRIMARY KEY, p TEXT, q TEXT, tok INTEGER, UNIQUE (p, q));
+        CREATE TABLE log(k TEXT, what TEXT);
+        CREATE TRIGGER check_p BEFORE UPDATE ON a WHEN NEW.p = 'bad'
+          BEGIN SELECT RAISE(ABORT, 'bad p'); END;
+        CREATE TRIGGER log_upd AFTER UPDATE ON a BEGIN INSERT INTO log VALUES (NEW.k, 'update'); END;
+        CREATE TRIGGER log_ins BEFORE INSERT ON a BEGIN INSERT INTO log VALUES (NEW.k, 'insert'); END;
+        SELECT fence_protect('a', 'tok', 'a:', 'k');
+    """)
+    err = script(c, ["BEGIN", "SELECT fence_check('a:x', 10)",
+                     "INSERT INTO a VALUES ('x', 'p0', 'q0', 10)",
+                     "UPDATE a SET p = 'p1' WHERE k = 'x'", "COMMIT"])
+    attempt(c, "ROLLBACK")
+    bad = script(c, ["BEGIN", "SELECT fence_check('a:x', 10)",
+                     "UPDATE a SET p = 'bad' WHERE k = 'x'", "COMMIT"])
+    attempt(c, "ROLLBACK")
+    c.close()
+    rows, _ = committed(path, "a")
+    ok(err is None and rows == [("x", "p1", "q0", 10)] and bad is not None and "bad p" in bad,
+       "a checking BEFORE UPDATE trigger, writing AFTER UPDATE and BEFORE INSERT triggers: "
+       "writes go on", "error: %r\nbad: %r\nrows: %r" % (err, bad, rows))
+
+
 def collation_compare_attacks():
     """An UPDATE's look-up runs only when the row's indexed columns changed
     ("NEW.b IS NOT OLD.b"), and skips the row being updated ("c.a IS OLD.a",
@@ -1195,7 +1279,7 @@ def main():
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
                      rowid_column_attacks, crafted_lookup_attacks, record_format_attacks,
-                     generated_rowid_attacks,
+                     generated_rowid_attacks, rewriting_trigger_attacks,
                      collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
