@@ -489,7 +489,7 @@ static int
 checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
 				const char *zResource, const char *zUniques, int *pbCounted)
 {
-	FenceGuardTriggers tr = {0, NULL, NULL};
+	FenceGuardTriggers tr = {0, NULL, NULL, NULL};
 	int			t;
 	/* what this shape's RAISE says, and shape 3's (a per-row guard's: nothing checked) */
 	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
@@ -649,7 +649,7 @@ static int
 checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable)
 {
 	FenceUniqueIndexes ix = {0, NULL};
-	FenceGuardTriggers tr = {0, NULL, NULL};
+	FenceGuardTriggers tr = {0, NULL, NULL, NULL};
 	char	   *zMissing = NULL;	/* the first index not looked up, and where */
 	int			bRowidColumn = 0;
 	int			rc;
@@ -755,6 +755,200 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 		return 0;
 	}
 	return 1;
+}
+
+/* A token of SQL text: a bare word, a quoted name or literal, or one character. */
+typedef enum SqlTokenKind
+{
+	SQL_END, SQL_WORD, SQL_QUOTED, SQL_PUNCT
+} SqlTokenKind;
+
+/* The token at or after *pz (spaces and comments skipped); *pz moves past it. */
+static SqlTokenKind
+sqlNextToken(const char **pz, const char **pzTok, int *pnTok)
+{
+	const char *z = *pz;
+
+	for (;;)
+	{
+		while (*z == ' ' || *z == '\t' || *z == '\n' || *z == '\r' || *z == '\f' || *z == '\v')
+			z++;
+		if (z[0] == '-' && z[1] == '-')
+			while (*z && *z != '\n')
+				z++;
+		else if (z[0] == '/' && z[1] == '*')
+		{
+			const char *zEnd = strstr(z + 2, "*/");
+
+			z = zEnd ? zEnd + 2 : z + strlen(z);
+		}
+		else
+			break;
+	}
+	*pzTok = z;
+	if (*z == '\0')
+	{
+		*pnTok = 0;
+		*pz = z;
+		return SQL_END;
+	}
+	if (*z == '\'' || *z == '"' || *z == '`' || *z == '[')
+	{
+		char		q = *z == '[' ? ']' : *z;
+
+		for (z++; *z && !(z[0] == q && (q == ']' || z[1] != q)); z += (z[0] == q) ? 2 : 1)
+			;
+		if (*z)
+			z++;
+		*pnTok = (int) (z - *pzTok);
+		*pz = z;
+		return SQL_QUOTED;
+	}
+	if ((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || (*z >= '0' && *z <= '9') ||
+		*z == '_' || *z == '$' || (unsigned char) *z >= 0x80)
+	{
+		while ((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || (*z >= '0' && *z <= '9') ||
+			   *z == '_' || *z == '$' || (unsigned char) *z >= 0x80)
+			z++;
+		*pnTok = (int) (z - *pzTok);
+		*pz = z;
+		return SQL_WORD;
+	}
+	*pnTok = 1;
+	*pz = z + 1;
+	return SQL_PUNCT;
+}
+
+static int
+isWord(SqlTokenKind k, const char *zTok, int nTok, const char *zWord)
+{
+	return k == SQL_WORD && (int) strlen(zWord) == nTok && sqlite3_strnicmp(zTok, zWord, nTok) == 0;
+}
+
+/*
+ * Can trigger zSql change the row an UPDATE is writing, after the guard
+ * looked it up? SQLite runs every BEFORE UPDATE trigger, then reads the
+ * row's columns the UPDATE does not set back from the table: a trigger that
+ * writes that row (its body an UPDATE, or any write, which can reach it
+ * through another table's triggers) changes what is written after the
+ * guard's REPLACE look-ups compared NEW, and a REPLACE deletes the row of a
+ * resource the guard never checked. So: a BEFORE UPDATE trigger (the
+ * default timing) with a statement of its body that writes. A header this
+ * cannot read counts as BEFORE UPDATE. Statements are found where they
+ * begin (after BEGIN or ';'); a function that writes through the
+ * connection is not seen (docs: a limit).
+ */
+static int
+triggerMayRewriteRow(const char *zSql)
+{
+	static const char *const azWrite[] = {"UPDATE", "INSERT", "REPLACE", "DELETE", "WITH"};
+	const char *z = zSql;
+	const char *zTok;
+	int			nTok;
+	SqlTokenKind k;
+	int			bBefore = 1;
+	int			bUpdate = 1;	/* until the header says otherwise */
+	int			bStart = 0;
+	int			i;
+
+	k = sqlNextToken(&z, &zTok, &nTok);
+	if (isWord(k, zTok, nTok, "CREATE"))
+	{
+		k = sqlNextToken(&z, &zTok, &nTok);
+		if (isWord(k, zTok, nTok, "TEMP") || isWord(k, zTok, nTok, "TEMPORARY"))
+			k = sqlNextToken(&z, &zTok, &nTok);
+		if (isWord(k, zTok, nTok, "TRIGGER"))
+		{
+			k = sqlNextToken(&z, &zTok, &nTok);
+			if (isWord(k, zTok, nTok, "IF"))
+			{
+				sqlNextToken(&z, &zTok, &nTok);		/* NOT */
+				sqlNextToken(&z, &zTok, &nTok);		/* EXISTS */
+				k = sqlNextToken(&z, &zTok, &nTok);
+			}
+			/* past the name (k), and a schema.name's second part */
+			k = sqlNextToken(&z, &zTok, &nTok);
+			if (k == SQL_PUNCT && *zTok == '.')
+			{
+				sqlNextToken(&z, &zTok, &nTok);
+				k = sqlNextToken(&z, &zTok, &nTok);
+			}
+			if (isWord(k, zTok, nTok, "AFTER") || isWord(k, zTok, nTok, "INSTEAD"))
+				bBefore = 0;
+			if (isWord(k, zTok, nTok, "INSTEAD"))
+				sqlNextToken(&z, &zTok, &nTok);		/* OF */
+			if (isWord(k, zTok, nTok, "BEFORE") || isWord(k, zTok, nTok, "AFTER") ||
+				isWord(k, zTok, nTok, "INSTEAD"))
+				k = sqlNextToken(&z, &zTok, &nTok);
+			if (isWord(k, zTok, nTok, "INSERT") || isWord(k, zTok, nTok, "DELETE"))
+				bUpdate = 0;
+		}
+	}
+	if (!bBefore || !bUpdate)
+		return 0;
+	while ((k = sqlNextToken(&z, &zTok, &nTok)) != SQL_END)
+	{
+		if (bStart && k == SQL_WORD)
+			for (i = 0; i < (int) (sizeof(azWrite) / sizeof(azWrite[0])); i++)
+				if (isWord(k, zTok, nTok, azWrite[i]))
+					return 1;
+		bStart = isWord(k, zTok, nTok, "BEGIN") || (k == SQL_PUNCT && *zTok == ';');
+	}
+	return 0;
+}
+
+/*
+ * A per-row guard's REPLACE look-ups compare NEW before the row is written;
+ * no other trigger on its table (main or temp) may rewrite the row in
+ * between (triggerMayRewriteRow). Returns 1, or 0 with an error set.
+ */
+static int
+checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
+					   const char *zTable)
+{
+	static const char *const azSchema[] = {"main", "temp"};
+	char	   *zOwn = sqlite3_mprintf("fence:%lld:", (long long) id);
+	int			rc = zOwn ? SQLITE_OK : SQLITE_NOMEM;
+	int			s,
+				t;
+
+	for (s = 0; rc == SQLITE_OK && s < 2; s++)
+	{
+		FenceGuardTriggers tr = {0, NULL, NULL, NULL};
+
+		rc = fenceTableTriggersRead(conn->db, azSchema[s], zTable, &tr);
+		for (t = 0; rc == SQLITE_OK && t < tr.n; t++)
+		{
+			/* the guard's own, which admission checked for its shape */
+			if (s == 0 && strncmp(tr.a[t].zName, zOwn, strlen(zOwn)) == 0)
+				continue;
+			if (triggerMayRewriteRow(tr.a[t].zSql))
+			{
+				refuse(ctx, FENCE_RC_INVALID,
+					   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" is a "
+									   "BEFORE UPDATE trigger that writes, and SQLite reads the "
+									   "row back after BEFORE UPDATE triggers: a column it "
+									   "changes would be written after the per-row guard looked "
+									   "up the rows a REPLACE deletes; make it an AFTER UPDATE "
+									   "trigger, or drop it", azSchema[s], tr.a[t].zName, zTable));
+				fenceGuardTriggersFree(&tr);
+				sqlite3_free(zOwn);
+				return 0;
+			}
+		}
+		fenceGuardTriggersFree(&tr);
+	}
+	sqlite3_free(zOwn);
+	if (rc == SQLITE_OK)
+		return 1;
+	refuse(ctx, rc, rc == SQLITE_NOMEM ? NULL : rc == FENCE_RC_INVALID ?
+		   sqlite3_mprintf("fence guard refused: the triggers on \"%s\" read back blinded or "
+						   "not at all (an authorizer (sqlite3_set_authorizer) that answers "
+						   "SQLITE_IGNORE to reads of sqlite_schema, or to a SELECT?); let the "
+						   "authorizer allow them", zTable) :
+		   sqlite3_mprintf("fence guard %lld: cannot read the triggers on \"%s\": %s",
+						   (long long) id, zTable, sqlite3_errmsg(conn->db)));
+	return 0;
 }
 
 /*
@@ -1034,7 +1228,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   (const char *) sqlite3_column_text(stmt, 2), &bCounted))
 		ok = 0;
 	if (ok && bKeyed && strcmp((const char *) sqlite3_column_text(stmt, 2), "*") != 0 &&
-		!checkLookupsCover(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
+		(!checkLookupsCover(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)) ||
+		 !checkRewritingTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3))))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;

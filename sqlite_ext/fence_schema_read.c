@@ -262,7 +262,10 @@ guardTriggerRow(void *pArg, sqlite3_stmt *stmt)
 	if (zType == NULL || zName == NULL || sqlite3_column_type(stmt, 2) != SQLITE_TEXT ||
 		(sqlite3_column_type(stmt, 3) != SQLITE_TEXT && strcmp(zType, "index") != 0))
 		return FENCE_RC_INVALID;
-	if (strcmp(zType, "trigger") != 0 || strncmp(zName, p->zPrefix, strlen(p->zPrefix)) != 0)
+	if (strcmp(zType, "trigger") != 0 ||
+		(p->zPrefix != NULL && strncmp(zName, p->zPrefix, strlen(p->zPrefix)) != 0) ||
+		(p->zOnTable != NULL &&
+		 sqlite3_stricmp((const char *) sqlite3_column_text(stmt, 2), p->zOnTable) != 0))
 		return SQLITE_OK;
 	a = sqlite3_realloc64(p->a, sizeof(*a) * (sqlite3_uint64) (p->n + 1));
 	if (a == NULL)
@@ -285,11 +288,35 @@ fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p)
 {
 	p->a = NULL;
 	p->n = 0;
+	p->zOnTable = NULL;
 	p->zPrefix = sqlite3_mprintf("fence:%lld:", (long long) id);
 	if (p->zPrefix == NULL)
 		return SQLITE_NOMEM;
 	return readWhole(db, "SELECT type, name, tbl_name, sql FROM main.sqlite_schema",
 					 "SELECT count(*) FROM main.sqlite_schema", NULL, guardTriggerRow, p);
+}
+
+/*
+ * Every trigger of schema zSchema (main or temp) on a table named zTable,
+ * fence's included, in schema order. As fenceGuardTriggersRead.
+ */
+int
+fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
+					   FenceGuardTriggers *p)
+{
+	char	   *zRows = sqlite3_mprintf("SELECT type, name, tbl_name, sql FROM \"%w\".sqlite_schema",
+										zSchema);
+	char	   *zCount = sqlite3_mprintf("SELECT count(*) FROM \"%w\".sqlite_schema", zSchema);
+	int			rc;
+
+	p->a = NULL;
+	p->n = 0;
+	p->zPrefix = NULL;
+	p->zOnTable = zTable;
+	rc = zRows && zCount ? readWhole(db, zRows, zCount, NULL, guardTriggerRow, p) : SQLITE_NOMEM;
+	sqlite3_free(zRows);
+	sqlite3_free(zCount);
+	return rc;
 }
 
 /* ---------------------------------------------------------------------

@@ -407,12 +407,15 @@ typedef struct FenceGuardTriggers
 {
 	int			n;
 	FenceGuardTrigger *a;
-	char	   *zPrefix;		/* "fence:<id>:" */
+	char	   *zPrefix;		/* "fence:<id>:", or NULL */
+	const char *zOnTable;		/* else the table they are on */
 } FenceGuardTriggers;
 
 int			fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p);
 void		fenceUniqueIndexesFree(FenceUniqueIndexes *p);
 int			fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p);
+int			fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
+								   FenceGuardTriggers *p);
 void		fenceGuardTriggersFree(FenceGuardTriggers *p);
 int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
 int			fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey,
