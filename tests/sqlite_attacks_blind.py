@@ -632,6 +632,48 @@ def shape_blind():
        "refused", "error: %r\nbefore: %r\nafter: %r\nrecord: %r -> %r" % (err, before, rows, u, sig))
 
 
+def in_select_reading_first(first_col, blind_col):
+    """SQLITE_IGNORE to reads of blind_col in a SELECT whose first read of
+    that table is first_col (each SELECT callback starts afresh)."""
+    state = {"first": None}
+
+    def auth(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_SELECT:
+            state["first"] = None
+        if action == sqlite3.SQLITE_READ and a1 == first_col[0]:
+            if state["first"] is None:
+                state["first"] = a2
+            if (a1, a2) == blind_col and state["first"] == first_col[1]:
+                return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+    return auth
+
+
+def planted_blind():
+    """A view planted in main that calls fence_guard_write (with the guard's
+    id, read at run time) advances acct:a to the largest token when read.
+    Admission refuses any guard call while such an object exists; its
+    search filtered sqlite_schema in a WHERE on sql, and an authorizer that
+    blinds sql only in a SELECT that reads name first (that search) hid the
+    caller, while fence's probe for a blinded sqlite_schema (which reads
+    type first) passed."""
+    path = fresh_db()
+    before = committed(path, "acct")
+    c = connect(path)
+    c.execute("CREATE VIEW mplanted AS SELECT fence_guard_write((SELECT min(id) FROM "
+              "fence_guards), 'acct:', 'a', 9223372036854775807) AS x")
+    c.close()
+    c = connect(path)
+    c.set_authorizer(in_select_reading_first(("sqlite_master", "name"), ("sqlite_master", "sql")))
+    err = lib.script(c, ["SELECT * FROM mplanted"], rollback=True)
+    c.set_authorizer(None)
+    c.close()
+    after = committed(path, "acct")
+    ok(err is not None and after == before,
+       "an authorizer blinding sqlite_schema.sql in fence's search for planted callers alone: "
+       "a view planted in main that calls fence_guard_write cannot move a fence",
+       "error: %r\nbefore: %r\nafter: %r" % (err, before, after))
+
 def committed_k(path):
     c = connect(path, load=False)
     rows = c.execute("SELECT * FROM k ORDER BY 1").fetchall()
@@ -643,7 +685,7 @@ def committed_k(path):
 def main():
     try:
         for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl,
-                     protect_blind, cover_blind, shape_blind):
+                     protect_blind, cover_blind, shape_blind, planted_blind):
             try:
                 part()
             except Exception as e:
