@@ -59,18 +59,6 @@ static const char guardProbeTempSql[] = "PRAGMA temp.schema_version";
 static const char journalModeSql[] = "PRAGMA main.journal_mode";
 static const char schemaProbeSql[] = "SELECT 1 FROM main.sqlite_schema WHERE 0";
 
-/* the objects of schema %w that name a guard function but are not fence's */
-static const char foreignCallersSql[] =
-"SELECT name FROM \"%w\".sqlite_schema "
-"WHERE (sql LIKE '%%fence\\_guard\\_write%%' ESCAPE '\\' "
-"OR sql LIKE '%%fence\\_guard\\_fenced%%' ESCAPE '\\' "
-"OR sql LIKE '%%fence\\_guard\\_ready%%' ESCAPE '\\') "
-"AND NOT (type = 'trigger' AND name GLOB 'fence:[0-9]*:*' %s) LIMIT 1";
-
-static const char foreignCallersGuardsSql[] =
-"AND CAST(substr(name, 7, instr(substr(name, 7), ':') - 1) AS INTEGER) "
-"IN (SELECT id FROM \"%w\".fence_guards)";
-
 FENCE_COLD static void
 refuse(sqlite3_context *ctx, int rc, char *zMsg)
 {
@@ -325,46 +313,6 @@ fenceSchemaCheck(FenceConn *conn)
 	return SQLITE_OK;
 }
 
-/*
- * The checks below read sqlite_schema's type, name, tbl_name and sql, and an
- * authorizer answering SQLITE_IGNORE to one of them makes it NULL: a planted
- * caller or a RAISE(IGNORE) trigger would go unseen. Every row of a schema
- * has a type and a name, and every one but an automatic index has its SQL,
- * so a NULL there means a blinded read: refused. Returns 1, or 0 with an
- * error set.
- */
-static int
-schemaReadable(sqlite3_context *ctx, FenceConn *conn, const char *zSchema)
-{
-	char	   *zSql = sqlite3_mprintf("SELECT 1 FROM \"%w\".sqlite_schema WHERE type IS NULL "
-									   "OR name IS NULL OR tbl_name IS NULL "
-									   "OR (sql IS NULL AND type <> 'index') LIMIT 1", zSchema);
-	sqlite3_stmt *stmt = NULL;
-	int			rc;
-
-	if (zSql == NULL)
-	{
-		sqlite3_result_error_nomem(ctx);
-		return 0;
-	}
-	rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
-	sqlite3_free(zSql);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_step(stmt);
-	if (rc == SQLITE_ROW)
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: \"%s\".sqlite_schema reads back a NULL "
-							   "type, name, tbl_name or sql (an authorizer that answers "
-							   "SQLITE_IGNORE to reads of sqlite_schema?), so fence cannot check "
-							   "that no planted object calls its guard functions; let the "
-							   "authorizer allow reads of sqlite_schema", zSchema));
-	else if (rc != SQLITE_DONE)
-		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\": %s",
-										zSchema, sqlite3_errmsg(conn->db)));
-	sqlite3_finalize(stmt);
-	return rc == SQLITE_DONE;
-}
-
 /* Does zHay contain zNeedle, ASCII case aside (SQL names are case-insensitive)? */
 static int
 containsNoCase(const char *zHay, const char *zNeedle)
@@ -489,7 +437,7 @@ static int
 checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
 				const char *zResource, const char *zUniques, int *pbCounted)
 {
-	FenceGuardTriggers tr = {0, NULL, NULL, NULL};
+	FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
 	int			t;
 	/* what this shape's RAISE says, and shape 3's (a per-row guard's: nothing checked) */
 	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
@@ -649,7 +597,7 @@ static int
 checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable)
 {
 	FenceUniqueIndexes ix = {0, NULL};
-	FenceGuardTriggers tr = {0, NULL, NULL, NULL};
+	FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
 	char	   *zMissing = NULL;	/* the first index not looked up, and where */
 	int			bRowidColumn = 0;
 	int			rc;
@@ -914,7 +862,7 @@ checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 
 	for (s = 0; rc == SQLITE_OK && s < 2; s++)
 	{
-		FenceGuardTriggers tr = {0, NULL, NULL, NULL};
+		FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
 
 		rc = fenceTableTriggersRead(conn->db, azSchema[s], zTable, &tr);
 		for (t = 0; rc == SQLITE_OK && t < tr.n; t++)
@@ -951,55 +899,123 @@ checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	return 0;
 }
 
+/* Does zHay contain zFirst and, after it, zThen, ASCII case aside (LIKE '%a%b%')? */
+static int
+containsInOrder(const char *zHay, const char *zFirst, const char *zThen)
+{
+	size_t		n = strlen(zFirst);
+
+	for (; *zHay; zHay++)
+		if (sqlite3_strnicmp(zHay, zFirst, (int) n) == 0)
+			return containsNoCase(zHay + n, zThen);
+	return 0;
+}
+
+/* Refuse for a schema read that came back blinded, skipped, or failed. */
+static void
+refuseSchemaRead(sqlite3_context *ctx, FenceConn *conn, int rc, const char *zSchema)
+{
+	if (rc == SQLITE_NOMEM)
+		refuse(ctx, rc, NULL);
+	else if (rc == FENCE_RC_INVALID)
+		refuse(ctx, rc,
+			   sqlite3_mprintf("fence guard refused: \"%s\".sqlite_schema read back blinded or "
+							   "not at all (an authorizer (sqlite3_set_authorizer) that answers "
+							   "SQLITE_IGNORE to reads of sqlite_schema, or to a SELECT?), so "
+							   "fence cannot check that no planted object calls its guard "
+							   "functions; let the authorizer allow reads of sqlite_schema",
+							   zSchema));
+	else
+		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\": %s",
+										zSchema, sqlite3_errmsg(conn->db)));
+}
+
+/*
+ * Is zName ("fence:<digits>...:...") a guard trigger whose id schema
+ * zSchema's fence_guards records? The id is read as SQL's CAST reads the
+ * text between "fence:" and the next ':'. A read of fence_guards an
+ * authorizer blinds finds nothing: the trigger counts as foreign (refused).
+ */
+static int
+isRecordedGuardTrigger(FenceConn *conn, const char *zSchema, const char *zName, int *pbRecorded)
+{
+	const char *zId = zName + 6;
+	const char *zEnd;
+	sqlite3_stmt *stmt = NULL;
+	char	   *zSql;
+	int			rc;
+
+	*pbRecorded = 0;
+	if (strncmp(zName, "fence:", 6) != 0 || !(*zId >= '0' && *zId <= '9') ||
+		(zEnd = strchr(zId, ':')) == NULL ||
+		sqlite3_table_column_metadata(conn->db, zSchema, "fence_guards", "id",
+									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
+		return SQLITE_OK;
+	zSql = sqlite3_mprintf("SELECT count(*) FROM \"%w\".fence_guards WHERE id = CAST(?1 AS INTEGER)",
+						   zSchema);
+	if (zSql == NULL)
+		return SQLITE_NOMEM;
+	rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
+	sqlite3_free(zSql);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zId, (int) (zEnd - zId), SQLITE_STATIC);
+		rc = sqlite3_step(stmt);
+		*pbRecorded = rc == SQLITE_ROW && sqlite3_column_int64(stmt, 0) > 0;
+		rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+	}
+	sqlite3_finalize(stmt);
+	return rc;
+}
+
 /*
  * Every schema's objects that name a guard function must be fence's own
- * guard triggers, each backed by its schema's fence_guards.
+ * guard triggers, each backed by its schema's fence_guards. The schema is
+ * read whole (fence_schema_read.c) and searched here: a WHERE on sql was
+ * blinded by an authorizer answering SQLITE_IGNORE to that search alone.
  */
 static int
 checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
 {
+	static const char *const azGuardFunction[] = {
+		"fence_guard_write", "fence_guard_fenced", "fence_guard_ready"
+	};
 	int			i;
 
 	for (i = 0; sqlite3_db_name(conn->db, i) != NULL; i++)
 	{
 		const char *zSchema = sqlite3_db_name(conn->db, i);
-		int			bGuards = sqlite3_table_column_metadata(conn->db, zSchema, "fence_guards",
-															"id", NULL, NULL, NULL, NULL,
-															NULL) == SQLITE_OK;
-		char	   *zGuards = bGuards ? sqlite3_mprintf(foreignCallersGuardsSql, zSchema)
-			: sqlite3_mprintf("%s", "AND 0");
-		char	   *zSql = zGuards ? sqlite3_mprintf(foreignCallersSql, zSchema, zGuards) : NULL;
-		sqlite3_stmt *stmt = NULL;
-		int			rc;
+		FenceGuardTriggers all = {0, NULL, NULL, NULL, 0};
+		const char *zForeign = NULL;
+		int			rc = fenceTableTriggersRead(conn->db, zSchema, NULL, &all);
+		int			o,
+					f;
 
-		sqlite3_free(zGuards);
-		if (zSql == NULL)
+		for (o = 0; rc == SQLITE_OK && zForeign == NULL && o < all.n; o++)
 		{
-			sqlite3_result_error_nomem(ctx);
-			return 0;
+			int			bCalls = 0;
+			int			bRecorded = 0;
+
+			for (f = 0; f < 3; f++)
+				bCalls |= containsNoCase(all.a[o].zSql, azGuardFunction[f]);
+			if (!bCalls)
+				continue;
+			if (strcmp(all.a[o].zType, "trigger") == 0)
+				rc = isRecordedGuardTrigger(conn, zSchema, all.a[o].zName, &bRecorded);
+			if (rc == SQLITE_OK && !bRecorded)
+				zForeign = all.a[o].zName;
 		}
-		if (!schemaReadable(ctx, conn, zSchema))
-		{
-			sqlite3_free(zSql);
-			return 0;
-		}
-		rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
-		sqlite3_free(zSql);
-		if (rc == SQLITE_OK)
-			rc = sqlite3_step(stmt);
-		if (rc == SQLITE_ROW)
+		if (rc != SQLITE_OK)
+			refuseSchemaRead(ctx, conn, rc, zSchema);
+		else if (zForeign != NULL)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: \"%s\".\"%s\" names a fence guard "
 								   "function but is not a guard trigger that fence_protect "
 								   "created; only fence's own guard triggers may call "
 								   "fence_guard_write, fence_guard_fenced or fence_guard_ready "
-								   "(drop it)",
-								   zSchema, (const char *) sqlite3_column_text(stmt, 0)));
-		else if (rc != SQLITE_DONE)
-			refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\": %s",
-											zSchema, sqlite3_errmsg(conn->db)));
-		sqlite3_finalize(stmt);
-		if (rc != SQLITE_DONE)
+								   "(drop it)", zSchema, zForeign));
+		fenceGuardTriggersFree(&all);
+		if (rc != SQLITE_OK || zForeign != NULL)
 			return 0;
 	}
 	conn->bForeignChecked = 1;
@@ -1014,49 +1030,60 @@ checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
  * check would be skipped. Such a guard is admitted only while no trigger on
  * the table but fence's own, in main or temp, could RAISE(IGNORE) (the text
  * "raise" followed by "ignore"; a BEFORE one is refused too, which is
- * harmless but spares parsing). Returns 1, or 0 with an error set.
+ * harmless but spares parsing) or run AFTER INSERT (the text "after"
+ * followed by "insert"). The triggers are read whole (fence_schema_read.c)
+ * and searched here. Returns 1, or 0 with an error set.
  */
 static int
 checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 					  const char *zTable)
 {
 	static const char *const azSchema[] = {"main", "temp"};
-	int			i;
+	static const char *const azOwn[] = {"insert", "insert_after", "update", "update_token", "delete"};
+	char	   *zInsertAfter = sqlite3_mprintf("fence:%lld:insert_after", (long long) id);
+	int			bInsertAfter = 0;
+	int			s;
 
-	for (i = 0; i < 2; i++)
+	if (zInsertAfter == NULL)
 	{
-		sqlite3_stmt *stmt = NULL;
-		char	   *zSql = sqlite3_mprintf(
-			"SELECT name FROM %s.sqlite_schema WHERE type = 'trigger' "
-			"AND tbl_name = ?1 COLLATE NOCASE AND (sql LIKE '%%raise%%ignore%%' "
-			"OR sql LIKE '%%after%%insert%%') "
-			"AND EXISTS (SELECT 1 FROM main.sqlite_schema WHERE type = 'trigger' "
-			"AND name = 'fence:' || ?2 || ':insert_after') "
-			"AND NOT (?3 AND name IN ('fence:' || ?2 || ':insert', 'fence:' || ?2 || ':insert_after', "
-			"'fence:' || ?2 || ':update', 'fence:' || ?2 || ':update_token', "
-			"'fence:' || ?2 || ':delete')) LIMIT 1", azSchema[i]);
-		int			rc;
+		sqlite3_result_error_nomem(ctx);
+		return 0;
+	}
+	for (s = 0; s < 2; s++)
+	{
+		FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
+		const char *zBad = NULL;
+		int			rc = fenceTableTriggersRead(conn->db, azSchema[s], zTable, &tr);
+		int			t,
+					k;
 
-		if (zSql == NULL)
+		/* fence's insert_after: only then is the key checked after the insert */
+		for (t = 0; rc == SQLITE_OK && s == 0 && t < tr.n; t++)
+			bInsertAfter |= strcmp(tr.a[t].zName, zInsertAfter) == 0;
+		for (t = 0; rc == SQLITE_OK && bInsertAfter && zBad == NULL && t < tr.n; t++)
 		{
-			sqlite3_result_error_nomem(ctx);
-			return 0;
+			int			bOwn = 0;
+
+			for (k = 0; s == 0 && k < 5; k++)
+			{
+				char	   *zOwn = sqlite3_mprintf("fence:%lld:%s", (long long) id, azOwn[k]);
+
+				if (zOwn == NULL)
+				{
+					rc = SQLITE_NOMEM;
+					break;
+				}
+				bOwn |= strcmp(tr.a[t].zName, zOwn) == 0;
+				sqlite3_free(zOwn);
+			}
+			if (rc == SQLITE_OK && !bOwn &&
+				(containsInOrder(tr.a[t].zSql, "raise", "ignore") ||
+				 containsInOrder(tr.a[t].zSql, "after", "insert")))
+				zBad = tr.a[t].zName;
 		}
-		if (!schemaReadable(ctx, conn, azSchema[i]))
-		{
-			sqlite3_free(zSql);
-			return 0;
-		}
-		rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
-		sqlite3_free(zSql);
-		if (rc == SQLITE_OK)
-		{
-			sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-			sqlite3_bind_int64(stmt, 2, id);
-			sqlite3_bind_int(stmt, 3, i == 0);
-			rc = sqlite3_step(stmt);
-		}
-		if (rc == SQLITE_ROW)
+		if (rc != SQLITE_OK)
+			refuseSchemaRead(ctx, conn, rc, azSchema[s]);
+		else if (zBad != NULL)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" may "
 								   "RAISE(IGNORE) or run AFTER INSERT, either of which can end "
@@ -1064,16 +1091,16 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 								   "INSERT OR FAIL) with the row written and fence's check of "
 								   "a row whose key SQLite assigns (made AFTER INSERT) skipped; "
 								   "make it a BEFORE INSERT trigger without RAISE(IGNORE) (a "
-								   "WHEN clause skips its body instead), or drop it", azSchema[i],
-								   (const char *) sqlite3_column_text(stmt, 0), zTable));
-		else if (rc != SQLITE_DONE)
-			refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of "
-											"\"%s\": %s", (long long) id, zTable,
-											sqlite3_errmsg(conn->db)));
-		sqlite3_finalize(stmt);
-		if (rc != SQLITE_DONE)
+								   "WHEN clause skips its body instead), or drop it", azSchema[s],
+								   zBad, zTable));
+		fenceGuardTriggersFree(&tr);
+		if (rc != SQLITE_OK || zBad != NULL)
+		{
+			sqlite3_free(zInsertAfter);
 			return 0;
+		}
 	}
+	sqlite3_free(zInsertAfter);
 	return 1;
 }
 

@@ -238,6 +238,7 @@ fenceGuardTriggersFree(FenceGuardTriggers *p)
 
 	for (i = 0; i < p->n; i++)
 	{
+		sqlite3_free(p->a[i].zType);
 		sqlite3_free(p->a[i].zName);
 		sqlite3_free(p->a[i].zTable);
 		sqlite3_free(p->a[i].zSql);
@@ -262,7 +263,12 @@ guardTriggerRow(void *pArg, sqlite3_stmt *stmt)
 	if (zType == NULL || zName == NULL || sqlite3_column_type(stmt, 2) != SQLITE_TEXT ||
 		(sqlite3_column_type(stmt, 3) != SQLITE_TEXT && strcmp(zType, "index") != 0))
 		return FENCE_RC_INVALID;
-	if (strcmp(zType, "trigger") != 0 ||
+	if (p->bAll)
+	{
+		if (sqlite3_column_type(stmt, 3) != SQLITE_TEXT)
+			return SQLITE_OK;	/* an automatic index: no SQL, nothing it calls */
+	}
+	else if (strcmp(zType, "trigger") != 0 ||
 		(p->zPrefix != NULL && strncmp(zName, p->zPrefix, strlen(p->zPrefix)) != 0) ||
 		(p->zOnTable != NULL &&
 		 sqlite3_stricmp((const char *) sqlite3_column_text(stmt, 2), p->zOnTable) != 0))
@@ -272,10 +278,11 @@ guardTriggerRow(void *pArg, sqlite3_stmt *stmt)
 		return SQLITE_NOMEM;
 	p->a = a;
 	a += p->n++;
+	a->zType = dupText(stmt, 0);
 	a->zName = dupText(stmt, 1);
 	a->zTable = dupText(stmt, 2);
 	a->zSql = dupText(stmt, 3);
-	return a->zName && a->zTable && a->zSql ? SQLITE_OK : SQLITE_NOMEM;
+	return a->zType && a->zName && a->zTable && a->zSql ? SQLITE_OK : SQLITE_NOMEM;
 }
 
 /*
@@ -289,6 +296,7 @@ fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p)
 	p->a = NULL;
 	p->n = 0;
 	p->zOnTable = NULL;
+	p->bAll = 0;
 	p->zPrefix = sqlite3_mprintf("fence:%lld:", (long long) id);
 	if (p->zPrefix == NULL)
 		return SQLITE_NOMEM;
@@ -297,8 +305,9 @@ fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p)
 }
 
 /*
- * Every trigger of schema zSchema (main or temp) on a table named zTable,
- * fence's included, in schema order. As fenceGuardTriggersRead.
+ * Every trigger of schema zSchema on a table named zTable, fence's
+ * included, in schema order; zTable NULL: every object of the schema that
+ * has SQL (all but automatic indexes). As fenceGuardTriggersRead.
  */
 int
 fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
@@ -313,6 +322,7 @@ fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
 	p->n = 0;
 	p->zPrefix = NULL;
 	p->zOnTable = zTable;
+	p->bAll = zTable == NULL;
 	rc = zRows && zCount ? readWhole(db, zRows, zCount, NULL, guardTriggerRow, p) : SQLITE_NOMEM;
 	sqlite3_free(zRows);
 	sqlite3_free(zCount);

@@ -398,6 +398,7 @@ typedef struct FenceUniqueIndexes
 
 typedef struct FenceGuardTrigger
 {
+	char	   *zType;
 	char	   *zName;
 	char	   *zTable;
 	char	   *zSql;
@@ -409,6 +410,7 @@ typedef struct FenceGuardTriggers
 	FenceGuardTrigger *a;
 	char	   *zPrefix;		/* "fence:<id>:", or NULL */
 	const char *zOnTable;		/* else the table they are on */
+	int			bAll;			/* or every object with SQL */
 } FenceGuardTriggers;
 
 int			fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p);
