@@ -674,6 +674,40 @@ def planted_blind():
        "a view planted in main that calls fence_guard_write cannot move a fence",
        "error: %r\nbefore: %r\nafter: %r" % (err, before, after))
 
+def attached_copy_blind():
+    """A copy of the file opened as main, its fence on acct:a reset, the
+    real file attached: the attached table's guard triggers carry the same
+    guard id as the copy's own, and admission refuses a guard id that an
+    attached schema records too. Its read of the attached fence_guards was
+    a WHERE on id, which an authorizer answering SQLITE_IGNORE to id in a
+    SELECT that reads id first blinded: the stale write was judged against
+    the copy's tokens."""
+    path = fresh_db()
+    before = committed(path, "acct")
+    copy = path + ".copy"
+    shutil.copy(path, copy)
+    c = connect(copy)
+    c.execute("SELECT fence_reset('acct:a')")
+    c.execute("ATTACH ? AS app", (path,))
+    # a read of app.fence_guards.id right after one of main's: admission's
+    # search for a copy, which follows its read of main's record
+    last = [None]
+
+    def copy_search(action, a1, a2, db, trigger):
+        answer = sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_READ and a1 == "fence_guards":
+            if (a2, db) == ("id", "app") and last[0] == ("id", "main"):
+                answer = sqlite3.SQLITE_IGNORE
+            last[0] = (a2, db)
+        return answer
+    c.set_authorizer(copy_search)
+    err = attempt(c, "UPDATE app.acct SET v = 96, tok = 2 WHERE k = 'a'")
+    c.set_authorizer(None)
+    c.close()
+    unchanged(path, "acct", before, "an authorizer blinding admission's read of an attached "
+              "fence_guards: a copy as main, the real file attached, a stale write refused", err)
+
+
 def committed_k(path):
     c = connect(path, load=False)
     rows = c.execute("SELECT * FROM k ORDER BY 1").fetchall()
@@ -685,7 +719,8 @@ def committed_k(path):
 def main():
     try:
         for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl,
-                     protect_blind, cover_blind, shape_blind, planted_blind):
+                     protect_blind, cover_blind, shape_blind, planted_blind,
+                     attached_copy_blind):
             try:
                 part()
             except Exception as e:
