@@ -933,8 +933,8 @@ refuseSchemaRead(sqlite3_context *ctx, FenceConn *conn, int rc, const char *zSch
 /*
  * Is zName ("fence:<digits>...:...") a guard trigger whose id schema
  * zSchema's fence_guards records? The id is read as SQL's CAST reads the
- * text between "fence:" and the next ':'. A read of fence_guards an
- * authorizer blinds finds nothing: the trigger counts as foreign (refused).
+ * text between "fence:" and the next ':'; fence_guards is read whole
+ * (fenceGuardIdRecorded).
  */
 static int
 isRecordedGuardTrigger(FenceConn *conn, const char *zSchema, const char *zName, int *pbRecorded)
@@ -942,30 +942,24 @@ isRecordedGuardTrigger(FenceConn *conn, const char *zSchema, const char *zName, 
 	const char *zId = zName + 6;
 	const char *zEnd;
 	sqlite3_stmt *stmt = NULL;
-	char	   *zSql;
+	sqlite3_int64 id = 0;
 	int			rc;
 
 	*pbRecorded = 0;
 	if (strncmp(zName, "fence:", 6) != 0 || !(*zId >= '0' && *zId <= '9') ||
-		(zEnd = strchr(zId, ':')) == NULL ||
-		sqlite3_table_column_metadata(conn->db, zSchema, "fence_guards", "id",
-									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
+		(zEnd = strchr(zId, ':')) == NULL)
 		return SQLITE_OK;
-	zSql = sqlite3_mprintf("SELECT count(*) FROM \"%w\".fence_guards WHERE id = CAST(?1 AS INTEGER)",
-						   zSchema);
-	if (zSql == NULL)
-		return SQLITE_NOMEM;
-	rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
-	sqlite3_free(zSql);
+	/* (no table read: nothing an authorizer can blind) */
+	rc = sqlite3_prepare_v2(conn->db, "SELECT CAST(?1 AS INTEGER)", -1, &stmt, NULL);
 	if (rc == SQLITE_OK)
 	{
 		sqlite3_bind_text(stmt, 1, zId, (int) (zEnd - zId), SQLITE_STATIC);
 		rc = sqlite3_step(stmt);
-		*pbRecorded = rc == SQLITE_ROW && sqlite3_column_int64(stmt, 0) > 0;
-		rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+		id = sqlite3_column_int64(stmt, 0);
+		rc = rc == SQLITE_ROW ? SQLITE_OK : rc == SQLITE_DONE ? FENCE_RC_INVALID : rc;
 	}
 	sqlite3_finalize(stmt);
-	return rc;
+	return rc == SQLITE_OK ? fenceGuardIdRecorded(conn->db, zSchema, id, pbRecorded) : rc;
 }
 
 /*
@@ -1102,34 +1096,6 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	}
 	sqlite3_free(zInsertAfter);
 	return 1;
-}
-
-/* Does attached schema zSchema also record guard id (a copy of main)? */
-static int
-attachedHoldsId(FenceConn *conn, const char *zSchema, sqlite3_int64 id, int *pHolds)
-{
-	sqlite3_stmt *stmt = NULL;
-	char	   *zSql;
-	int			rc;
-
-	*pHolds = 0;
-	if (sqlite3_table_column_metadata(conn->db, zSchema, "fence_guards", "id",
-									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
-		return SQLITE_OK;
-	zSql = sqlite3_mprintf("SELECT 1 FROM \"%w\".fence_guards WHERE id = ?1", zSchema);
-	if (zSql == NULL)
-		return SQLITE_NOMEM;
-	rc = sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL);
-	sqlite3_free(zSql);
-	if (rc == SQLITE_OK)
-	{
-		sqlite3_bind_int64(stmt, 1, id);
-		rc = sqlite3_step(stmt);
-		*pHolds = rc == SQLITE_ROW;
-		rc = (rc == SQLITE_ROW || rc == SQLITE_DONE) ? SQLITE_OK : rc;
-	}
-	sqlite3_finalize(stmt);
-	return rc;
 }
 
 /*
@@ -1275,7 +1241,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	{
 		int			bHolds;
 
-		rc = attachedHoldsId(conn, sqlite3_db_name(db, i), id, &bHolds);
+		rc = fenceGuardIdRecorded(db, sqlite3_db_name(db, i), id, &bHolds);
 		if (rc != SQLITE_OK)
 		{
 			refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read \"%s\".fence_guards: %s",

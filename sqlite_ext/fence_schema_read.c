@@ -473,3 +473,53 @@ fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey, char 
 	sqlite3_free(t.azName);
 	return rc;
 }
+
+/* ---------------------------------------------------------------------
+ * The guard ids a schema records.
+ * ------------------------------------------------------------------ */
+
+typedef struct IdSearch
+{
+	sqlite3_int64 id;
+	int			bFound;
+} IdSearch;
+
+/* fence_guards: id */
+static int
+guardIdRow(void *pArg, sqlite3_stmt *stmt)
+{
+	IdSearch   *p = pArg;
+
+	if (sqlite3_column_type(stmt, 0) != SQLITE_INTEGER)
+		return FENCE_RC_INVALID;	/* an id is an INTEGER PRIMARY KEY: never NULL */
+	if (sqlite3_column_int64(stmt, 0) == p->id)
+		p->bFound = 1;
+	return SQLITE_OK;
+}
+
+/*
+ * Does zSchema's fence_guards record guard id? Every id is read and
+ * compared here: a WHERE on id reads nothing when an authorizer blinds it.
+ * A schema without fence_guards records none. SQLITE_OK, FENCE_RC_INVALID
+ * (blinded or skipped), or an error.
+ */
+int
+fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pbRecorded)
+{
+	IdSearch	search = {id, 0};
+	char	   *zRows;
+	char	   *zCount;
+	int			rc;
+
+	*pbRecorded = 0;
+	if (sqlite3_table_column_metadata(db, zSchema, "fence_guards", "id",
+									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
+		return SQLITE_OK;
+	zRows = sqlite3_mprintf("SELECT id FROM \"%w\".fence_guards", zSchema);
+	zCount = sqlite3_mprintf("SELECT count(*) FROM \"%w\".fence_guards", zSchema);
+	rc = zRows && zCount ? readWhole(db, zRows, zCount, NULL, guardIdRow, &search) : SQLITE_NOMEM;
+	sqlite3_free(zRows);
+	sqlite3_free(zCount);
+	*pbRecorded = rc == SQLITE_OK && search.bFound;
+	return rc;
+}

@@ -419,6 +419,8 @@ int			fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *
 int			fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
 								   FenceGuardTriggers *p);
 void		fenceGuardTriggersFree(FenceGuardTriggers *p);
+int			fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id,
+								 int *pbRecorded);
 int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
 int			fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey,
 									char **pzColumn);
