@@ -331,20 +331,32 @@ announce_locktag(LOCKTAG *tag)
  * Is fence_tokens' ExclusiveLock announced by another transaction (held,
  * or about to be)? Asked by the same-token path after its resource's lock
  * is granted (see fence_accept's "light" fences).
+ *
+ * Asked of the lock table, by trying the announcement lock in a mode that
+ * conflicts with the announcer's ShareLock and not with itself (so that two
+ * light fences asking at once do not see each other), without waiting: not
+ * of the holders' transaction ids. A committing announcer has left the
+ * proc array before it sends its invalidation messages, and from then its
+ * virtual transaction id reads invalid, which GetLockConflicts() leaves
+ * out; but it holds its locks until after the messages are sent. Asked
+ * through GetLockConflicts(), a light fence in that window answered from a
+ * cache the messages had not reached yet, and a write at the old highest
+ * committed after the advance (tests/pg_commit_window.py).
  */
 static bool
 exclusive_announced(void)
 {
 	LOCKTAG		tag;
-	int			n;
-	VirtualTransactionId *holders;
+	ResourceOwner saved = CurrentResourceOwner;
+	LockAcquireResult got;
 
 	announce_locktag(&tag);
-	holders = GetLockConflicts(&tag, ExclusiveLock, &n);
-	/* a hot standby's array is static (and the cache is off there anyway) */
-	if (!InHotStandby)
-		pfree(holders);
-	return n > 0;
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	got = LockAcquireExtended(&tag, RowExclusiveLock, false, true, false, NULL);
+	if (got != LOCKACQUIRE_NOT_AVAIL)
+		LockRelease(&tag, RowExclusiveLock, false);
+	CurrentResourceOwner = saved;
+	return got == LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*
