@@ -332,31 +332,27 @@ announce_locktag(LOCKTAG *tag)
  * or about to be)? Asked by the same-token path after its resource's lock
  * is granted (see fence_accept's "light" fences).
  *
- * Asked of the lock table, by trying the announcement lock in a mode that
- * conflicts with the announcer's ShareLock and not with itself (so that two
- * light fences asking at once do not see each other), without waiting: not
- * of the holders' transaction ids. A committing announcer has left the
- * proc array before it sends its invalidation messages, and from then its
- * virtual transaction id reads invalid, which GetLockConflicts() leaves
- * out; but it holds its locks until after the messages are sent. Asked
- * through GetLockConflicts(), a light fence in that window answered from a
- * cache the messages had not reached yet, and a write at the old highest
- * committed after the advance (tests/pg_commit_window.py).
+ * Asked of the lock table: how many hold (or wait for) the announcement
+ * lock, our own hold aside (LockWaiterCount() counts every request, granted
+ * or not). Not of the holders' transaction ids: a committing announcer has
+ * left the proc array before it sends its invalidation messages, and from
+ * then on its virtual transaction id reads invalid, which GetLockConflicts()
+ * leaves out; but it holds its locks until after the messages are sent.
+ * Asked through GetLockConflicts(), a light fence in that window answered
+ * from a cache the messages had not reached yet, and a write at the old
+ * highest committed after the advance (tests/pg_commit_window.py).
  */
 static bool
 exclusive_announced(void)
 {
 	LOCKTAG		tag;
-	ResourceOwner saved = CurrentResourceOwner;
-	LockAcquireResult got;
+	int			n;
 
 	announce_locktag(&tag);
-	CurrentResourceOwner = CurTransactionResourceOwner;
-	got = LockAcquireExtended(&tag, RowExclusiveLock, false, true, false, NULL);
-	if (got != LOCKACQUIRE_NOT_AVAIL)
-		LockRelease(&tag, RowExclusiveLock, false);
-	CurrentResourceOwner = saved;
-	return got == LOCKACQUIRE_NOT_AVAIL;
+	n = LockWaiterCount(&tag);
+	if (n > 0 && LockHeldByMe(&tag, ShareLock))
+		n--;
+	return n > 0;
 }
 
 /*
