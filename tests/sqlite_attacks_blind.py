@@ -25,6 +25,7 @@ Prints "ok - ..." / "not ok - ..." per assertion; exits 1 on a failure.
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 
@@ -708,6 +709,106 @@ def attached_copy_blind():
               "fence_guards: a copy as main, the real file attached, a stale write refused", err)
 
 
+def skip_pragma(name):
+    """SQLITE_IGNORE to SQLITE_PRAGMA name: its table function yields no rows."""
+    def auth(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_PRAGMA and (a1 or "").lower() == name:
+            return sqlite3.SQLITE_IGNORE
+        return sqlite3.SQLITE_OK
+    return auth
+
+
+def pragma_skip():
+    """An authorizer answering SQLITE_IGNORE to SQLITE_PRAGMA makes a pragma
+    table function (pragma_index_list, pragma_table_xinfo) yield no rows, and
+    count(*) of it agrees, with the same answer every time (attacker round
+    16). A UNIQUE index made after fence_protect on a table recorded with
+    none then read as "none" again, and a REPLACE through it deleted a row
+    of another resource; a column renamed to rowid went unseen."""
+    for key, victim, new in (("k INTEGER PRIMARY KEY", "(2, 'ub', 50)", "(1, 'ub', 5)"),
+                             ("k TEXT", "('B', 'ub', 50)", "('A', 'ub', 5)")):
+        path = os.path.join(work, "pragma%d.db" % counter[0])
+        counter[0] += 1
+        c = connect(path)
+        c.execute("CREATE TABLE a(%s, u TEXT, tok INTEGER)" % key)
+        c.execute("SELECT fence_protect('a', 'tok', 'a:', 'k')")
+        c.execute("INSERT INTO a VALUES %s" % victim)
+        c.execute("CREATE UNIQUE INDEX ui ON a(u)")
+        c.close()
+        before = committed(path, "a")
+        c = connect(path)
+        c.set_authorizer(skip_pragma("index_list"))
+        err = lib.script(c, ["INSERT OR REPLACE INTO a VALUES %s" % new], rollback=True)
+        c.set_authorizer(None)
+        c.close()
+        unchanged(path, "a", before, "an authorizer skipping PRAGMA index_list (key %s): a "
+                  "REPLACE through a UNIQUE index made after fence_protect is refused" % key, err)
+
+    path = os.path.join(work, "pragma%d.db" % counter[0])
+    counter[0] += 1
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE t(k TEXT, tok INTEGER, x INTEGER);
+        SELECT fence_protect('t', 'tok', 'r:', 'k');
+        INSERT INTO t(oid, k, tok, x) VALUES (1, 'victim', 100, 5);
+        INSERT INTO t(oid, k, tok, x) VALUES (2, 'attacker', 1, 6);
+        ALTER TABLE t RENAME COLUMN x TO rowid;
+    """)
+    c.close()
+    before = committed(path, "t")
+    c = connect(path)
+    c.set_authorizer(skip_pragma("table_xinfo"))
+    err = lib.script(c, ["BEGIN", "SELECT fence_check('r:attacker', 1)",
+                         "UPDATE OR REPLACE t SET oid = 1, tok = 1 WHERE k = 'attacker'", "COMMIT"],
+                     rollback=True)
+    c.set_authorizer(None)
+    c.close()
+    unchanged(path, "t", before, "an authorizer skipping PRAGMA table_xinfo: a column renamed "
+              "to rowid after fence_protect is still seen, UPDATE OR REPLACE through oid refused",
+              err)
+
+
+def stateful_protect():
+    """fence_protect and fence_unprotect read the table's schema entry; an
+    authorizer answering SQLITE_IGNORE to one read of sqlite_schema.type
+    (the n-th, n = 1..6) crashed both (a NULL compared), attacker round 16.
+    They must fail or succeed, never crash, and leave no half guard."""
+    for fn in ("fence_protect", "fence_unprotect"):
+        for nth in range(1, 7):
+            path = os.path.join(work, "stp%d.db" % counter[0])
+            counter[0] += 1
+            code = (
+                "import sqlite3, sys\n"
+                "sys.path.insert(0, %r)\n"
+                "from attacklib import connect\n"
+                "c = connect(%r)\n"
+                "c.execute('CREATE TABLE a(k TEXT NOT NULL, tok INT)')\n"
+                "%s"
+                "n = [0]\n"
+                "def auth(act, a1, a2, db, trg):\n"
+                "    if act == sqlite3.SQLITE_READ and (a1, a2) == ('sqlite_master', 'type'):\n"
+                "        n[0] += 1\n"
+                "        if n[0] == %d:\n"
+                "            return sqlite3.SQLITE_IGNORE\n"
+                "    return sqlite3.SQLITE_OK\n"
+                "c.set_authorizer(auth)\n"
+                "try:\n"
+                "    c.execute(\"SELECT %s\").fetchall()\n"
+                "except sqlite3.Error:\n"
+                "    pass\n"
+                "print('survived')\n"
+            ) % (os.path.dirname(os.path.abspath(__file__)), path,
+                 ("c.execute(\"SELECT fence_protect('a', 'tok', 'a:', 'k')\")\n"
+                  "c.close()\nc = connect(%r)\n" % path) if fn == "fence_unprotect" else "",
+                 nth, "fence_protect('a', 'tok', 'a:', 'k')" if fn == "fence_protect"
+                 else "fence_unprotect('a')")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 timeout=60)
+            ok(out.returncode == 0 and "survived" in out.stdout,
+               "%s with the read #%d of sqlite_schema.type ignored: no crash" % (fn, nth),
+               "exit %d: %s" % (out.returncode, (out.stdout + out.stderr)[-300:]))
+
+
 def committed_k(path):
     c = connect(path, load=False)
     rows = c.execute("SELECT * FROM k ORDER BY 1").fetchall()
@@ -720,7 +821,7 @@ def main():
     try:
         for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl,
                      protect_blind, cover_blind, shape_blind, planted_blind,
-                     attached_copy_blind):
+                     attached_copy_blind, pragma_skip, stateful_protect):
             try:
                 part()
             except Exception as e:
