@@ -84,6 +84,29 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 }
 
 /*
+ * Refuse for a schema read (fence_schema_read.c) that came back blinded or
+ * skipped (FENCE_RC_INVALID), ran out of memory, or failed; zCheck says
+ * what fence could not check.
+ */
+FENCE_COLD static void
+refuseSchemaRead(sqlite3_context *ctx, sqlite3 *db, int rc, const char *zSchema,
+				 const char *zCheck)
+{
+	if (rc == SQLITE_NOMEM)
+		refuse(ctx, rc, NULL);
+	else if (rc == FENCE_RC_INVALID)
+		refuse(ctx, rc,
+			   sqlite3_mprintf("fence guard refused: the schema of \"%s\" read back blinded or "
+							   "not at all (an authorizer (sqlite3_set_authorizer) that answers "
+							   "SQLITE_IGNORE to reads of sqlite_schema or a PRAGMA table, or "
+							   "to a SELECT?), so fence cannot check %s; let the authorizer "
+							   "allow them", zSchema, zCheck));
+	else
+		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\" to check "
+										"%s: %s", zSchema, zCheck, sqlite3_errmsg(db)));
+}
+
+/*
  * The UNIQUE indexes of main.zTable, what identifies each: a comma list,
  * sorted by index name, of "index"("column" "collation", ...), an
  * expression column as <expr>. The columns, not only the name: an index
@@ -499,18 +522,8 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 							   "REPLACE would delete in another table (trigger \"%s\"; was the "
 							   "table renamed under PRAGMA legacy_alter_table=ON?); run "
 							   "fence_protect on \"%s\" again", zTable, zBadLookup, zTable));
-	else if (rc == SQLITE_NOMEM)
-		refuse(ctx, rc, NULL);
-	else if (rc == FENCE_RC_INVALID)
-		refuse(ctx, rc,
-			   sqlite3_mprintf("fence guard refused: main.sqlite_schema read back blinded or "
-							   "not at all while fence checked the guard of \"%s\" (an "
-							   "authorizer (sqlite3_set_authorizer) that answers SQLITE_IGNORE "
-							   "to reads of sqlite_schema, or to a SELECT?); let the authorizer "
-							   "allow them", zTable));
 	else if (rc != SQLITE_DONE)
-		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read the triggers of \"%s\": %s",
-										(long long) id, zTable, sqlite3_errmsg(conn->db)));
+		refuseSchemaRead(ctx, conn->db, rc, "main", "the triggers of the guarded table");
 	bOk = rc == SQLITE_DONE && zBadShape == NULL && zBadLookup == NULL;
 	sqlite3_free(zRaise);
 	sqlite3_free(zBadShape);
@@ -889,13 +902,9 @@ checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	sqlite3_free(zOwn);
 	if (rc == SQLITE_OK)
 		return 1;
-	refuse(ctx, rc, rc == SQLITE_NOMEM ? NULL : rc == FENCE_RC_INVALID ?
-		   sqlite3_mprintf("fence guard refused: the triggers on \"%s\" read back blinded or "
-						   "not at all (an authorizer (sqlite3_set_authorizer) that answers "
-						   "SQLITE_IGNORE to reads of sqlite_schema, or to a SELECT?); let the "
-						   "authorizer allow them", zTable) :
-		   sqlite3_mprintf("fence guard %lld: cannot read the triggers on \"%s\": %s",
-						   (long long) id, zTable, sqlite3_errmsg(conn->db)));
+	/* (the loop stepped past the schema whose read failed) */
+	refuseSchemaRead(ctx, conn->db, rc, azSchema[s > 0 ? s - 1 : 0],
+					 "the triggers on the guarded table");
 	return 0;
 }
 
@@ -909,25 +918,6 @@ containsInOrder(const char *zHay, const char *zFirst, const char *zThen)
 		if (sqlite3_strnicmp(zHay, zFirst, (int) n) == 0)
 			return containsNoCase(zHay + n, zThen);
 	return 0;
-}
-
-/* Refuse for a schema read that came back blinded, skipped, or failed. */
-static void
-refuseSchemaRead(sqlite3_context *ctx, FenceConn *conn, int rc, const char *zSchema)
-{
-	if (rc == SQLITE_NOMEM)
-		refuse(ctx, rc, NULL);
-	else if (rc == FENCE_RC_INVALID)
-		refuse(ctx, rc,
-			   sqlite3_mprintf("fence guard refused: \"%s\".sqlite_schema read back blinded or "
-							   "not at all (an authorizer (sqlite3_set_authorizer) that answers "
-							   "SQLITE_IGNORE to reads of sqlite_schema, or to a SELECT?), so "
-							   "fence cannot check that no planted object calls its guard "
-							   "functions; let the authorizer allow reads of sqlite_schema",
-							   zSchema));
-	else
-		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\": %s",
-										zSchema, sqlite3_errmsg(conn->db)));
 }
 
 /*
@@ -1000,7 +990,8 @@ checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
 				zForeign = all.a[o].zName;
 		}
 		if (rc != SQLITE_OK)
-			refuseSchemaRead(ctx, conn, rc, zSchema);
+			refuseSchemaRead(ctx, conn->db, rc, zSchema,
+							 "that no planted object calls fence's guard functions");
 		else if (zForeign != NULL)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: \"%s\".\"%s\" names a fence guard "
@@ -1076,7 +1067,8 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 				zBad = tr.a[t].zName;
 		}
 		if (rc != SQLITE_OK)
-			refuseSchemaRead(ctx, conn, rc, azSchema[s]);
+			refuseSchemaRead(ctx, conn->db, rc, azSchema[s],
+							 "the triggers on the guarded table");
 		else if (zBad != NULL)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" may "

@@ -108,9 +108,18 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 	}
 	sqlite3_bind_text(stmt, 1, zName, -1, SQLITE_STATIC);
 	rc = sqlite3_step(stmt);
-	if (rc == SQLITE_ROW && strcmp((const char *) sqlite3_column_text(stmt, 1), "table") == 0)
+	/* a NULL name or type: a read an authorizer blinded (SQLITE_IGNORE) */
+	if (rc == SQLITE_ROW && (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
+							 sqlite3_column_type(stmt, 1) != SQLITE_TEXT))
+		resultError(ctx, SQLITE_AUTH,
+					sqlite3_mprintf("%s: the schema entry of \"%s\" read back NULL (an "
+									"authorizer that answers SQLITE_IGNORE to reads of "
+									"sqlite_schema?); let the authorizer allow them",
+									zFunc, zName));
+	else if (rc == SQLITE_ROW && strcmp((const char *) sqlite3_column_text(stmt, 1), "table") == 0)
 		zFound = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
-	if (zFound == NULL)
+	if (zFound == NULL && !(rc == SQLITE_ROW && (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
+												 sqlite3_column_type(stmt, 1) != SQLITE_TEXT)))
 	{
 		if (rc == SQLITE_ROW)
 			resultError(ctx, SQLITE_ERROR,
@@ -618,6 +627,11 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 				zNotOld = sqlite3_mprintf("%s", "NOT (1");
 				while (zNotOld && sqlite3_step(stmt) == SQLITE_ROW)
 				{
+					if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT)
+					{
+						rc = SQLITE_AUTH;	/* a primary key column's name blinded */
+						break;
+					}
 					if (witnessAdd(&zWitness, (const char *) sqlite3_column_text(stmt, 0)) != SQLITE_OK)
 						rc = SQLITE_NOMEM;
 					/* only the row itself, not one its collation calls equal */

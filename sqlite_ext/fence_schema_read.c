@@ -109,13 +109,21 @@ dupText(sqlite3_stmt *stmt, int i)
 	return sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, i));
 }
 
+typedef struct IndexListRead
+{
+	FenceUniqueIndexes *p;
+	int			nListed;		/* every index listed, UNIQUE or not */
+} IndexListRead;
+
 /* pragma_index_list: name, unique; keeps the UNIQUE ones */
 static int
 indexListRow(void *pArg, sqlite3_stmt *stmt)
 {
-	FenceUniqueIndexes *p = pArg;
+	IndexListRead *r = pArg;
+	FenceUniqueIndexes *p = r->p;
 	FenceUniqueIndex *a;
 
+	r->nListed++;
 	if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
 		sqlite3_column_type(stmt, 1) != SQLITE_INTEGER)
 		return FENCE_RC_INVALID;
@@ -193,6 +201,57 @@ compareIndexNames(const void *a, const void *b)
 	return strcmp(((const FenceUniqueIndex *) a)->zName, ((const FenceUniqueIndex *) b)->zName);
 }
 
+typedef struct SchemaIndexCount
+{
+	const char *zTable;
+	int			n;
+} SchemaIndexCount;
+
+/* sqlite_schema: type, tbl_name; counts the indexes on the table */
+static int
+schemaIndexRow(void *pArg, sqlite3_stmt *stmt)
+{
+	SchemaIndexCount *c = pArg;
+	const char *zType = (const char *) sqlite3_column_text(stmt, 0);
+	const char *zTable = (const char *) sqlite3_column_text(stmt, 1);
+
+	if (zType == NULL || zTable == NULL)
+		return FENCE_RC_INVALID;
+	if (strcmp(zType, "index") == 0 && sqlite3_stricmp(zTable, c->zTable) == 0)
+		c->n++;
+	return SQLITE_OK;
+}
+
+/*
+ * Did pragma_index_list list every index of main.zTable? An authorizer
+ * answering SQLITE_IGNORE to SQLITE_PRAGMA (index_list) makes the pragma
+ * yield no rows, and its count(*) agrees. main.sqlite_schema has a row for
+ * every index but a WITHOUT ROWID table's primary key (the table's own
+ * b-tree), which the pragma lists: the two counts must agree. A WITHOUT
+ * ROWID table is told by "SELECT rowid" failing to prepare (no column of
+ * that name: a per-row guard refuses one), which no authorizer decides.
+ */
+static int
+indexesAllListed(sqlite3 *db, const char *zTable, int nListed)
+{
+	SchemaIndexCount count = {zTable, 0};
+	sqlite3_stmt *stmt = NULL;
+	char	   *zProbe = sqlite3_mprintf("SELECT rowid FROM main.\"%w\"", zTable);
+	int			bWithoutRowid;
+	int			rc;
+
+	if (zProbe == NULL)
+		return SQLITE_NOMEM;
+	bWithoutRowid = sqlite3_prepare_v2(db, zProbe, -1, &stmt, NULL) != SQLITE_OK;
+	sqlite3_finalize(stmt);
+	sqlite3_free(zProbe);
+	rc = readWhole(db, "SELECT type, tbl_name FROM main.sqlite_schema",
+				   "SELECT count(*) FROM main.sqlite_schema", NULL, schemaIndexRow, &count);
+	if (rc == SQLITE_OK && count.n + bWithoutRowid != nListed)
+		rc = FENCE_RC_INVALID;
+	return rc;
+}
+
 /*
  * The UNIQUE indexes of main.zTable, sorted by name (BINARY), each with its
  * key columns in index order. SQLITE_OK, FENCE_RC_INVALID (blinded or
@@ -201,6 +260,7 @@ compareIndexNames(const void *a, const void *b)
 int
 fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p)
 {
+	IndexListRead list = {p, 0};
 	int			rc;
 	int			i;
 
@@ -208,7 +268,9 @@ fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p)
 	p->n = 0;
 	rc = readWhole(db, "SELECT name, \"unique\" FROM pragma_index_list(?1, 'main')",
 				   "SELECT count(*) FROM pragma_index_list(?1, 'main')", zTable,
-				   indexListRow, p);
+				   indexListRow, &list);
+	if (rc == SQLITE_OK)
+		rc = indexesAllListed(db, zTable, list.nListed);
 	for (i = 0; rc == SQLITE_OK && i < p->n; i++)
 	{
 		IndexColumnsRead r = {&p->a[i], 0};
@@ -333,17 +395,24 @@ fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
  * A table's columns.
  * ------------------------------------------------------------------ */
 
+typedef struct RowidColumnScan
+{
+	int			nCol;
+	int			bHas;
+} RowidColumnScan;
+
 /* pragma_table_xinfo: name */
 static int
 rowidColumnRow(void *pArg, sqlite3_stmt *stmt)
 {
-	int		   *pbHas = pArg;
+	RowidColumnScan *scan = pArg;
 	const char *zName = (const char *) sqlite3_column_text(stmt, 0);
 
 	if (zName == NULL)
 		return FENCE_RC_INVALID;
+	scan->nCol++;
 	if (sqlite3_stricmp(zName, "rowid") == 0)
-		*pbHas = 1;
+		scan->bHas = 1;
 	return SQLITE_OK;
 }
 
@@ -359,14 +428,15 @@ int
 fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
 {
 	int			rc;
+	RowidColumnScan scan = {0, 0};
 
-	*pbHas = 0;
 	rc = readWhole(db, "SELECT name FROM pragma_table_xinfo(?1, 'main')",
 				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
-				   rowidColumnRow, pbHas);
-	if (rc == SQLITE_OK && sqlite3_table_column_metadata(db, "main", zTable, NULL, NULL, NULL,
-														 NULL, NULL, NULL) != SQLITE_OK)
-		rc = FENCE_RC_INVALID;	/* no such table: nothing was read */
+				   rowidColumnRow, &scan);
+	/* no column: the pragma was skipped (SQLITE_PRAGMA ignored), or no such table */
+	if (rc == SQLITE_OK && scan.nCol == 0)
+		rc = FENCE_RC_INVALID;
+	*pbHas = scan.bHas;
 	return rc;
 }
 
