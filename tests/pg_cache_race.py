@@ -15,7 +15,6 @@ backend owned by postgres). Output: "ok - pg cache race ..." lines.
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -23,6 +22,7 @@ import time
 
 import psycopg
 
+from gdbstop import Breakpoint
 from tap import Report
 
 DB = "fence_cache_race"
@@ -52,18 +52,7 @@ def main():
     pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]
 
     work = tempfile.mkdtemp(prefix="fence-race-")
-    hit, go = os.path.join(work, "hit"), os.path.join(work, "go")
-    script = os.path.join(work, "gdb.cmd")
-    with open(script, "w") as f:
-        f.write("set pagination off\nset confirm off\n"
-                "break systable_beginscan\ncontinue\n"
-                "shell touch %s\n"
-                "shell while [ ! -e %s ]; do sleep 0.05; done\n"
-                "delete\ndetach\nquit\n" % (hit, go))
-    gdb = subprocess.Popen(["gdb", "-q", "-batch", "-x", script, "-p", str(pid)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           universal_newlines=True)
-    time.sleep(1.5)    # attached, breakpoint set, continuing
+    stop = Breakpoint(pid, "systable_beginscan", work, "read")
 
     result = {}
 
@@ -78,11 +67,7 @@ def main():
 
     tv = threading.Thread(target=victim_txn)
     tv.start()
-    deadline = time.time() + 20
-    while not os.path.exists(hit) and time.time() < deadline:
-        time.sleep(0.05)
-    stopped = os.path.exists(hit)
-    ok(stopped, "gdb stopped the backend inside its read of fence_tokens")
+    ok(stop.hit(), "gdb stopped the backend inside its read of fence_tokens")
 
     def superuser_raise():
         su = psycopg.connect(dbname=DB, autocommit=True)
@@ -94,8 +79,7 @@ def main():
     ts = threading.Thread(target=superuser_raise)
     ts.start()
     ts.join(2.0)    # with fence's lock it waits for the victim; without, it commits now
-    open(go, "w").close()
-    out, _ = gdb.communicate(timeout=30)
+    out = stop.release()
     tv.join(30)
     ts.join(30)
     ok(not tv.is_alive() and not ts.is_alive(), "both transactions ended", out[-500:])

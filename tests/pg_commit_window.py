@@ -19,7 +19,6 @@ backend owned by postgres). Output: "ok - pg commit window ..." lines.
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,6 +26,7 @@ import time
 
 import psycopg
 
+from gdbstop import Breakpoint
 from tap import Report
 
 DB = "fence_commit_window"
@@ -57,18 +57,7 @@ def run_case(mode, work):
         advancer.execute("UPDATE fence_tokens SET token = 11 WHERE resource = %s", (resource,))
     pid = advancer.execute("SELECT pg_backend_pid()").fetchone()[0]
 
-    hit, go = os.path.join(work, "hit-" + mode), os.path.join(work, "go-" + mode)
-    script = os.path.join(work, "gdb-%s.cmd" % mode)
-    with open(script, "w") as f:
-        f.write("set pagination off\nset confirm off\n"
-                "break AtEOXact_Inval\ncontinue\n"
-                "shell touch %s\n"
-                "shell while [ ! -e %s ]; do sleep 0.05; done\n"
-                "delete\ndetach\nquit\n" % (hit, go))
-    gdb = subprocess.Popen(["gdb", "-q", "-batch", "-x", script, "-p", str(pid)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           universal_newlines=True)
-    time.sleep(1.5)    # attached, breakpoint set, continuing
+    stop = Breakpoint(pid, "AtEOXact_Inval", work, mode)
 
     result = {}
 
@@ -81,10 +70,7 @@ def run_case(mode, work):
 
     ta = threading.Thread(target=commit_advance)
     ta.start()
-    deadline = time.time() + 20
-    while not os.path.exists(hit) and time.time() < deadline:
-        time.sleep(0.05)
-    ok(os.path.exists(hit), "%s: gdb stopped the advancer's commit at AtEOXact_Inval" % mode)
+    ok(stop.hit(), "%s: gdb stopped the advancer's commit at AtEOXact_Inval" % mode)
 
     def write_again():
         try:
@@ -99,8 +85,7 @@ def run_case(mode, work):
     tw.start()
     tw.join(2.0)
     waited = tw.is_alive()
-    open(go, "w").close()
-    out, _ = gdb.communicate(timeout=30)
+    out = stop.release()
     ta.join(30)
     tw.join(30)
     ok(not ta.is_alive() and not tw.is_alive(), "%s: both transactions ended" % mode, out[-500:])
