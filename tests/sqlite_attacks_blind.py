@@ -809,6 +809,69 @@ def stateful_protect():
                "exit %d: %s" % (out.returncode, (out.stdout + out.stderr)[-300:]))
 
 
+def once_pragma(name, answer):
+    """answer (SQLITE_IGNORE or SQLITE_DENY) to the first SQLITE_PRAGMA name only."""
+    first = [True]
+
+    def auth(action, a1, a2, db, trigger):
+        if action == sqlite3.SQLITE_PRAGMA and (a1 or "").lower() == name and first[0]:
+            first[0] = False
+            return answer
+        return sqlite3.SQLITE_OK
+    return auth
+
+
+def schema_check_once():
+    """fence reads PRAGMA schema_version to learn that the schema changed,
+    and forgets what it admitted. An authorizer that blinded (IGNORE) or
+    refused (DENY) that read once failed the write, but left the connection
+    marked as checked: the retry skipped admission, and a UNIQUE index made
+    after fence_protect, an application BEFORE UPDATE trigger that writes,
+    or a planted TEMP trigger calling fence_guard_write went unseen
+    (attacker round 17). Each write is tried twice on one connection."""
+    for answer, aname in ((sqlite3.SQLITE_IGNORE, "IGNORE"), (sqlite3.SQLITE_DENY, "DENY")):
+        # a UNIQUE index made after fence_protect: REPLACE through it
+        path = os.path.join(work, "once%d.db" % counter[0])
+        counter[0] += 1
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE t(k TEXT, q TEXT UNIQUE, r TEXT, tok INTEGER);
+            SELECT fence_protect('t', 'tok', 'p:', 'k');
+            INSERT INTO t VALUES ('a', 'x', 'R', 5);
+            INSERT INTO t VALUES ('b', 'y', 'S', 1);
+            CREATE UNIQUE INDEX u_r ON t(r);
+        """)
+        before = committed(path, "t")
+        c.set_authorizer(once_pragma("schema_version", answer))
+        errs = [attempt(c, "INSERT OR REPLACE INTO t VALUES ('b', 'y', 'R', 1)") for _ in range(2)]
+        c.set_authorizer(None)
+        c.close()
+        unchanged(path, "t", before, "PRAGMA schema_version answered %s once: the retried "
+                  "REPLACE through an index made after fence_protect is refused too" % aname,
+                  errs[1])
+
+        # a planted TEMP trigger calling fence_guard_write with the guard's id
+        path = os.path.join(work, "once%d.db" % counter[0])
+        counter[0] += 1
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE t(k TEXT, q TEXT UNIQUE, tok INTEGER);
+            SELECT fence_protect('t', 'tok', 'p:', 'k');
+            INSERT INTO t VALUES ('a', 'x', 5);
+        """)
+        gid = c.execute("SELECT id FROM fence_guards").fetchone()[0]
+        c.execute("CREATE TEMP TRIGGER planted BEFORE UPDATE ON t BEGIN "
+                  "SELECT fence_guard_write(%d, 'p:', OLD.k, 1000); END" % gid)
+        before = committed(path, "t")
+        c.set_authorizer(once_pragma("schema_version", answer))
+        errs = [attempt(c, "UPDATE t SET q = 'evil' WHERE k = 'a'") for _ in range(2)]
+        c.set_authorizer(None)
+        c.close()
+        unchanged(path, "t", before, "PRAGMA schema_version answered %s once: a planted TEMP "
+                  "trigger calling fence_guard_write is still refused on the retry" % aname,
+                  errs[1])
+
+
 def committed_k(path):
     c = connect(path, load=False)
     rows = c.execute("SELECT * FROM k ORDER BY 1").fetchall()
@@ -821,7 +884,8 @@ def main():
     try:
         for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl,
                      protect_blind, cover_blind, shape_blind, planted_blind,
-                     attached_copy_blind, pragma_skip, stateful_protect):
+                     attached_copy_blind, pragma_skip, stateful_protect,
+                     schema_check_once):
             try:
                 part()
             except Exception as e:
