@@ -291,8 +291,19 @@ fenceSchemaCheck(FenceConn *conn)
 			int			bSame = conn->pProbeSeen == conn->pSchemaProbe &&
 				conn->nProbeSeen == n && conn->pSchemaStmt != NULL;
 
+			/*
+			 * Changed: forget what was admitted now, not only once the
+			 * cookies below are read. A read of them that fails (an
+			 * authorizer blinding or refusing PRAGMA schema_version once)
+			 * fails this write; with the admissions kept, the probe,
+			 * already seen at its new count, would call the next write's
+			 * schema the checked one.
+			 */
 			if (!bSame)
+			{
+				forgetAdmitted(conn);
 				fenceCacheSchemaChanged(conn);
+			}
 			conn->pProbeSeen = conn->pSchemaProbe;
 			conn->nProbeSeen = n;
 			if (bSame)
