@@ -114,35 +114,26 @@ refuseSchemaRead(sqlite3_context *ctx, sqlite3 *db, int rc, const char *zSchema,
  * REPLACEd through unchecked. Every name is quoted as SQL quotes an
  * identifier (a " doubled), since names are free text: unquoted, one index
  * named a(u BINARY),b on v read exactly like an index a on u and an index
- * b on v, and the record could not see the one become the other. NULL on
- * error, with *pbBlind 1 when a read came back blinded or was skipped.
+ * b on v, and the record could not see the one become the other.
+ * fenceUniqueSignature reads them first: NULL on error, with *pbBlind 1
+ * when a read came back blinded or was skipped.
  */
-char *
-fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
+static char *
+uniqueSignatureOf(const FenceUniqueIndexes *ix)
 {
-	FenceUniqueIndexes ix;
-	char	   *z;
-	int			rc;
+	char	   *z = sqlite3_mprintf("%s", "");
 	int			i,
 				j;
 
-	*pbBlind = 0;
-	rc = fenceUniqueIndexesRead(db, zTable, &ix);
-	if (rc != SQLITE_OK)
+	for (i = 0; z != NULL && i < ix->n; i++)
 	{
-		*pbBlind = rc == FENCE_RC_INVALID;
-		return NULL;
-	}
-	z = sqlite3_mprintf("%s", "");
-	for (i = 0; z != NULL && i < ix.n; i++)
-	{
-		char	   *zSig = sqlite3_mprintf("%s%s\"%w\"(", z, i ? "," : "", ix.a[i].zName);
+		char	   *zSig = sqlite3_mprintf("%s%s\"%w\"(", z, i ? "," : "", ix->a[i].zName);
 
 		sqlite3_free(z);
 		z = zSig;
-		for (j = 0; z != NULL && j < ix.a[i].nCol; j++)
+		for (j = 0; z != NULL && j < ix->a[i].nCol; j++)
 		{
-			const FenceIndexColumn *c = &ix.a[i].aCol[j];
+			const FenceIndexColumn *c = &ix->a[i].aCol[j];
 
 			zSig = c->zName ? sqlite3_mprintf("%s%s\"%w\" \"%w\"", z, j ? ", " : "", c->zName,
 											  c->zColl) :
@@ -154,6 +145,20 @@ fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
 		sqlite3_free(z);
 		z = zSig;
 	}
+	return z;
+}
+
+char *
+fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
+{
+	FenceUniqueIndexes ix;
+	char	   *z;
+	int			rc = fenceUniqueIndexesRead(db, zTable, &ix);
+
+	*pbBlind = rc == FENCE_RC_INVALID;
+	if (rc != SQLITE_OK)
+		return NULL;
+	z = uniqueSignatureOf(&ix);
 	fenceUniqueIndexesFree(&ix);
 	return z;
 }
@@ -468,10 +473,9 @@ lookupsReadOwnTable(const char *zSql, const char *zTable)
  * error set.
  */
 static int
-checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable,
-				const char *zResource, const char *zUniques, int *pbCounted)
+checkGuardShape(sqlite3_context *ctx, const FenceGuardTriggers *tr, sqlite3_int64 id,
+				const char *zTable, const char *zResource, const char *zUniques, int *pbCounted)
 {
-	FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
 	int			t;
 	/* what this shape's RAISE says, and shape 3's (a per-row guard's: nothing checked) */
 	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
@@ -496,24 +500,23 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 	 * this shape or shape 3, with the RAISE text its record implies; do its
 	 * look-ups read its own table (lookupsReadOwnTable); is it of this shape.
 	 */
-	rc = fenceGuardTriggersRead(conn->db, id, &tr);
-	for (t = 0; rc == SQLITE_OK && t < tr.n; t++)
+	rc = SQLITE_OK;
+	for (t = 0; rc == SQLITE_OK && t < tr->n; t++)
 	{
-		const char *zSql = tr.a[t].zSql;
+		const char *zSql = tr->a[t].zSql;
 		int			bShape4 = strstr(zSql, FENCE_GUARD_SHAPE) != NULL;
 		int			bRaise = strstr(zSql, zRaise) != NULL;
 		int			bShape = (bShape4 && bRaise) ||
 			(strstr(zSql, FENCE_GUARD_SHAPE_3) != NULL && (zResource == NULL || bRaise));
-		int			bOwn = bShape ? lookupsReadOwnTable(zSql, tr.a[t].zTable) : 1;
+		int			bOwn = bShape ? lookupsReadOwnTable(zSql, tr->a[t].zTable) : 1;
 		char	  **pzBad = !bShape ? &zBadShape : bOwn == 0 ? &zBadLookup : NULL;
 
 		if (bOwn < 0 || (pzBad != NULL && *pzBad == NULL &&
-						 (*pzBad = sqlite3_mprintf("%s", tr.a[t].zName)) == NULL))
+						 (*pzBad = sqlite3_mprintf("%s", tr->a[t].zName)) == NULL))
 			rc = SQLITE_NOMEM;
 		nTriggers++;
 		nCounted += bShape4;
 	}
-	fenceGuardTriggersFree(&tr);
 	if (rc == SQLITE_OK)
 		rc = SQLITE_DONE;
 	if (rc == SQLITE_DONE && zBadShape != NULL)
@@ -534,7 +537,7 @@ checkGuardShape(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const c
 							   "table renamed under PRAGMA legacy_alter_table=ON?); run "
 							   "fence_protect on \"%s\" again", zTable, zBadLookup, zTable));
 	else if (rc != SQLITE_DONE)
-		refuseSchemaRead(ctx, conn->db, rc, "main", "the triggers of the guarded table");
+		refuse(ctx, rc, NULL);	/* out of memory */
 	bOk = rc == SQLITE_DONE && zBadShape == NULL && zBadLookup == NULL;
 	sqlite3_free(zRaise);
 	sqlite3_free(zBadShape);
@@ -618,10 +621,9 @@ holdsLookup(const char *zSql, const char *zTerm)
  * the row's own key. Returns 1, or 0 with an error set.
  */
 static int
-checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const char *zTable)
+checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTriggers *tr,
+				  const FenceUniqueIndexes *ix, sqlite3_int64 id, const char *zTable)
 {
-	FenceUniqueIndexes ix = {0, NULL};
-	FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
 	char	   *zMissing = NULL;	/* the first index not looked up, and where */
 	int			bRowidColumn = 0;
 	int			rc;
@@ -639,20 +641,16 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 							   zTable));
 		return 0;
 	}
-	if (rc == SQLITE_OK)
-		rc = fenceGuardTriggersRead(conn->db, id, &tr);
-	if (rc == SQLITE_OK)
-		rc = fenceUniqueIndexesRead(conn->db, zTable, &ix);
-	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr.n; t++)
+	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr->n; t++)
 	{
-		const char *zName = tr.a[t].zName;
+		const char *zName = tr->a[t].zName;
 		char	   *zSql;
 
 		/* the triggers of this shape that look up (the alias may be in a literal only) */
-		if (strstr(tr.a[t].zSql, FENCE_LOOKUP_ALIAS) == NULL ||
-			strstr(tr.a[t].zSql, FENCE_GUARD_SHAPE) == NULL)
+		if (strstr(tr->a[t].zSql, FENCE_LOOKUP_ALIAS) == NULL ||
+			strstr(tr->a[t].zSql, FENCE_GUARD_SHAPE) == NULL)
 			continue;
-		zSql = sqlWithoutLiterals(tr.a[t].zSql);
+		zSql = sqlWithoutLiterals(tr->a[t].zSql);
 		if (zSql == NULL)
 		{
 			rc = SQLITE_NOMEM;
@@ -666,9 +664,9 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 		if (!oldComparisonsBinary(zSql))
 			zMissing = sqlite3_mprintf("trigger \"%s\" compares with OLD under the columns' "
 									   "own collations, as an earlier 1.4 build wrote it", zName);
-		for (i = 0; rc == SQLITE_OK && zMissing == NULL && i < ix.n; i++)
+		for (i = 0; rc == SQLITE_OK && zMissing == NULL && i < ix->n; i++)
 		{
-			const FenceUniqueIndex *x = &ix.a[i];
+			const FenceUniqueIndex *x = &ix->a[i];
 			char	   *zTerm = NULL;
 			char	   *zKeyCall = NULL;
 
@@ -692,28 +690,10 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id, const
 		}
 		sqlite3_free(zSql);
 	}
-	fenceGuardTriggersFree(&tr);
-	fenceUniqueIndexesFree(&ix);
-	if (rc == FENCE_RC_INVALID)
-	{
-		sqlite3_free(zMissing);
-		refuse(ctx, rc,
-			   sqlite3_mprintf("fence guard refused: the columns, triggers or UNIQUE indexes of "
-							   "\"%s\" read back blinded or not at all (an authorizer "
-							   "(sqlite3_set_authorizer) that answers SQLITE_IGNORE to reads of "
-							   "sqlite_schema, pragma_table_xinfo, pragma_index_list or "
-							   "pragma_index_xinfo, or to a SELECT?), and a REPLACE through an "
-							   "index the guard does not see would delete rows unchecked; let "
-							   "the authorizer allow them", zTable));
-		return 0;
-	}
 	if (rc != SQLITE_OK)
 	{
 		sqlite3_free(zMissing);
-		refuse(ctx, rc, rc == SQLITE_NOMEM ? NULL :
-			   sqlite3_mprintf("fence guard %lld: cannot read the triggers and UNIQUE "
-							   "indexes of \"%s\": %s", (long long) id, zTable,
-							   sqlite3_errmsg(conn->db)));
+		refuseSchemaRead(ctx, conn->db, rc, "main", "the columns of the guarded table");
 		return 0;
 	}
 	if (zMissing != NULL)
@@ -1119,7 +1099,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	int			i;
 	char	   *zShape = NULL;
 	char	   *zOwn = NULL;
-	int			bBlind = 0;
+	FenceUniqueIndexes ix = {0, NULL};	/* read when the record names indexes */
+	FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
 	int			bCounted = 0;
 	FenceGuardSeen *g;
 
@@ -1179,10 +1160,13 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   (const char *) sqlite3_column_text(stmt, 0)));
 	else if (strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0)
 		ok = 1;					/* one resource: a replaced row is under it too */
-	else if ((zNow = fenceUniqueSignature(db, (const char *) sqlite3_column_text(stmt, 3),
-										  &bBlind)) == NULL)
+	else if ((rc = fenceUniqueIndexesRead(db, (const char *) sqlite3_column_text(stmt, 3),
+										  &ix)) != SQLITE_OK ||
+			 (zNow = uniqueSignatureOf(&ix)) == NULL)
 	{
-		if (bBlind)
+		if (rc == SQLITE_OK)
+			sqlite3_result_error_nomem(ctx);
+		else if (rc == FENCE_RC_INVALID)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" read "
 								   "back blinded (an authorizer (sqlite3_set_authorizer) that "
@@ -1192,10 +1176,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 								   "authorizer allow them",
 								   (const char *) sqlite3_column_text(stmt, 3)));
 		else
-			refuse(ctx, sqlite3_errcode(db),
-				   sqlite3_mprintf("fence guard: cannot read the UNIQUE indexes of \"%s\": %s",
-								   (const char *) sqlite3_column_text(stmt, 3),
-								   sqlite3_errmsg(db)));
+			refuseSchemaRead(ctx, db, rc, "main", "the UNIQUE indexes of the guarded table");
 	}
 	else if (strcmp(zNow, (const char *) sqlite3_column_text(stmt, 2)) != 0)
 		refuse(ctx, FENCE_RC_INVALID,
@@ -1219,17 +1200,25 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			ok = 0;
 		}
 	}
-	if (ok && !checkGuardShape(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3),
+	/* the guard's triggers, read once for the checks of their shape and look-ups */
+	if (ok && (rc = fenceGuardTriggersRead(db, id, &tr)) != SQLITE_OK)
+	{
+		refuseSchemaRead(ctx, db, rc, "main", "the triggers of the guarded table");
+		ok = 0;
+	}
+	if (ok && !checkGuardShape(ctx, &tr, id, (const char *) sqlite3_column_text(stmt, 3),
 							   bKeyed ? NULL : (const char *) sqlite3_column_text(stmt, 0),
 							   (const char *) sqlite3_column_text(stmt, 2), &bCounted))
 		ok = 0;
 	if (ok && bKeyed && strcmp((const char *) sqlite3_column_text(stmt, 2), "*") != 0 &&
-		(!checkLookupsCover(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)) ||
+		(!checkLookupsCover(ctx, conn, &tr, &ix, id, (const char *) sqlite3_column_text(stmt, 3)) ||
 		 !checkRewritingTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3))))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
 	sqlite3_free(zNow);
+	fenceUniqueIndexesFree(&ix);
+	fenceGuardTriggersFree(&tr);
 	sqlite3_finalize(stmt);
 	if (!ok)
 		goto fail;
