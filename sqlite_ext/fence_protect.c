@@ -95,6 +95,7 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 	sqlite3    *db = sqlite3_context_db_handle(ctx);
 	sqlite3_stmt *stmt = NULL;
 	char	   *zFound = NULL;
+	int			bNull;
 	int			rc;
 
 	rc = sqlite3_prepare_v2(db,
@@ -109,8 +110,9 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 	sqlite3_bind_text(stmt, 1, zName, -1, SQLITE_STATIC);
 	rc = sqlite3_step(stmt);
 	/* a NULL name or type: a read an authorizer blinded (SQLITE_IGNORE) */
-	if (rc == SQLITE_ROW && (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
-							 sqlite3_column_type(stmt, 1) != SQLITE_TEXT))
+	bNull = rc == SQLITE_ROW && (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
+								 sqlite3_column_type(stmt, 1) != SQLITE_TEXT);
+	if (bNull)
 		resultError(ctx, SQLITE_AUTH,
 					sqlite3_mprintf("%s: the schema entry of \"%s\" read back NULL (an "
 									"authorizer that answers SQLITE_IGNORE to reads of "
@@ -118,8 +120,7 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 									zFunc, zName));
 	else if (rc == SQLITE_ROW && strcmp((const char *) sqlite3_column_text(stmt, 1), "table") == 0)
 		zFound = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
-	if (zFound == NULL && !(rc == SQLITE_ROW && (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
-												 sqlite3_column_type(stmt, 1) != SQLITE_TEXT)))
+	if (zFound == NULL && !bNull)
 	{
 		if (rc == SQLITE_ROW)
 			resultError(ctx, SQLITE_ERROR,
