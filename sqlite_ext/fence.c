@@ -1423,7 +1423,8 @@ guardResource(sqlite3_context *ctx, FenceConn *conn, sqlite3_value **argv, int b
  * the transaction holds, admission forgotten or asked again, a fence
  * function's undo, running out of memory. Only the one-resource forms
  * (fence_guard_write/3, fence_guard_fenced/2) use it; a per-row resource
- * differs from row to row. fence_stats counts the accept as always.
+ * differs from row to row. fence_stats counts the accept as always, in
+ * FenceConn.nMemoAccepts until it is read (fenceStatsSettleMemo).
  * ------------------------------------------------------------------ */
 
 static inline int
@@ -1444,6 +1445,8 @@ memoSet(FenceConn *conn, FenceGuardMemo *m, sqlite3_value *idArg, const char *z,
 	/* the accept made the entry; without one (no memory) nothing is remembered */
 	if (slot < 0 || sqlite3_value_type(idArg) != SQLITE_INTEGER)
 		return 0;
+	if (m == &conn->memoWrite)
+		fenceStatsSettleMemo(conn);	/* its statsSlot changes */
 	m->id = sqlite3_value_int64(idArg);
 	m->token = token;
 	m->statsSlot = slot;
@@ -1556,7 +1559,7 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		sqlite3_value_type(argv[1]) == SQLITE_INTEGER &&
 		sqlite3_value_int64(argv[1]) == m->token)
 	{
-		fenceStatsCount(conn, m->statsSlot, 0, m->token);
+		conn->nMemoAccepts++;	/* fence_stats: fenceStatsSettleMemo */
 		sqlite3_result_int64(ctx, m->token);
 	}
 	else
@@ -1730,6 +1733,33 @@ static const struct FenceFunction
 	{"fence_loaded", 0, APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
 };
 
+
+/*
+ * FenceConn, zeroed, at the start of a cache line: its first two lines hold
+ * what a statement of a many-statement transaction reads (fence_sqlite.h).
+ * sqlite3_malloc's memory is aligned to 8 bytes only.
+ */
+#define FENCE_CACHE_LINE 64
+_Static_assert(offsetof(FenceConn, pJoined) == FENCE_CACHE_LINE,
+			   "a memo-answered guard call reads FenceConn's first cache line only");
+_Static_assert(offsetof(FenceConn, held.n_entries) + sizeof(int) <= 2 * FENCE_CACHE_LINE,
+			   "a statement savepoint reads FenceConn's second cache line only");
+
+static FenceConn *
+fenceConnAlloc(void)
+{
+	char	   *p = sqlite3_malloc64(sizeof(FenceConn) + FENCE_CACHE_LINE - 1);
+	FenceConn  *conn;
+
+	if (p == NULL)
+		return NULL;
+	conn = (FenceConn *) (p + ((FENCE_CACHE_LINE - (uintptr_t) p % FENCE_CACHE_LINE) %
+							   FENCE_CACHE_LINE));
+	memset(conn, 0, sizeof(*conn));
+	conn->pAlloc = p;
+	return conn;
+}
+
 /*
  * Is fence already loaded on db? Loading it again must be harmless (SPEC.md
  * "No way around the fence"): registering the modules again would make
@@ -1786,13 +1816,14 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	if (bLoaded)
 		return SQLITE_OK;		/* the first load's state stays in charge */
 
-	conn = sqlite3_malloc(sizeof(*conn));
+	conn = fenceConnAlloc();
 	if (conn == NULL)
 		return SQLITE_NOMEM;
-	memset(conn, 0, sizeof(*conn));
 	conn->db = db;
 	conn->cacheGen = 1;
 	conn->guardEpoch = 1;
+	conn->aMark = conn->aMarkFirst;
+	conn->nMarkAlloc = FENCE_MARKS_FIRST;
 	/* a transaction of a few short resources allocates nothing for them */
 	fence_held_init_buffers(&conn->held, &fenceSqliteAllocator, conn->aHeldFirst,
 							FENCE_HELD_FIRST, conn->aHeldBuckets, FENCE_HELD_FIRST);

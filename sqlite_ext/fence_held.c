@@ -89,8 +89,9 @@ connRelease(FenceConn *conn)
 	fence_held_free(&conn->held);
 	fenceGuardFree(conn);
 	fenceStatsFree(conn);
-	sqlite3_free(conn->aMark);
-	sqlite3_free(conn);
+	if (conn->aMark != conn->aMarkFirst)
+		sqlite3_free(conn->aMark);
+	sqlite3_free(conn->pAlloc);
 }
 
 /* For fence_stats.c, whose tables hold a reference too. */
@@ -417,7 +418,8 @@ heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 	if (iSavepoint >= conn->nMarkAlloc)
 	{
 		int			nAlloc = iSavepoint + 8;
-		int		   *a = sqlite3_realloc64(conn->aMark, sizeof(int) * (sqlite3_uint64) nAlloc);
+		int		   *a = sqlite3_realloc64(conn->aMark == conn->aMarkFirst ? NULL : conn->aMark,
+										  sizeof(int) * (sqlite3_uint64) nAlloc);
 
 		if (a == NULL)
 		{
@@ -426,6 +428,8 @@ heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 			fenceGuardMemoForget(conn);
 			return SQLITE_NOMEM;
 		}
+		if (conn->aMark == conn->aMarkFirst)
+			memcpy(a, conn->aMarkFirst, sizeof(conn->aMarkFirst));
 		conn->aMark = a;
 		conn->nMarkAlloc = nAlloc;
 	}

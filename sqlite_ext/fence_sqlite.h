@@ -63,9 +63,9 @@ typedef struct FenceHint
 typedef struct FenceGuardMemo
 {
 	unsigned	epoch;			/* FenceConn.guardEpoch when it passed; 0: none */
+	int			statsSlot;		/* the resource's fence_stats entry (never moves) */
 	sqlite3_int64 id;			/* the guard id */
 	sqlite3_int64 token;		/* fence_guard_write's token */
-	int			statsSlot;		/* the resource's fence_stats entry (never moves) */
 } FenceGuardMemo;
 
 #define FENCE_SHARED_UNKNOWN 0
@@ -73,6 +73,7 @@ typedef struct FenceGuardMemo
 #define FENCE_SHARED_NO 2
 
 #define FENCE_HELD_FIRST 16		/* a power of two */
+#define FENCE_MARKS_FIRST 4		/* savepoint marks kept inside FenceConn */
 
 /* FenceConn.cacheTxn: what the open transaction may take from the cache */
 #define FENCE_CACHE_TXN_UNKNOWN 0	/* no accept yet (or no transaction) */
@@ -82,18 +83,35 @@ typedef struct FenceGuardMemo
 
 typedef struct FenceConn
 {
-	sqlite3    *db;
-	int			nRef;			/* the module and each connected table */
-	int			bEnlisted;		/* fence_held is part of the open transaction */
-	sqlite3_vtab *pJoined;		/* through this table of fence's (fence_held.c) */
-	int			bVtabConnected; /* the eponymous fence_held is connected */
-	int			bBroken;		/* out of memory: what is held is unknown */
-	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
-	unsigned	nBegin;			/* transactions fence_txn has joined */
-	FenceHeld	held;			/* what the open transaction holds */
-	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
+	/*
+	 * What every statement of a transaction with many one-row statements
+	 * reads, in the first two cache lines (FenceConn is allocated aligned to
+	 * a line, fenceConnAlloc): a guard call the memo answers reads the
+	 * first; SQLite's statement savepoint (heldSavepoint) the second. Spread
+	 * over more lines they were fetched again at every statement, the
+	 * statement's page copies having evicted them (BENCHMARKS.md).
+	 */
+	/* what a guard call passed last (fence.c); guardEpoch moves on any change */
+	unsigned	guardEpoch;
+	sqlite3_uint64 nMemoAccepts;	/* accepts the memo answered, not yet in fence_stats */
+	FenceGuardMemo memoWrite;
+	FenceGuardMemo memoFenced;
+	/* the second line */
+	sqlite3_vtab *pJoined;		/* fence_txn joined the transaction through this table */
 	int			nMark;
 	int			nMarkAlloc;
+	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
+	int			aMarkFirst[FENCE_MARKS_FIRST];	/* aMark's first array, never freed */
+	FenceHeld	held;			/* what the open transaction holds */
+	int			bEnlisted;		/* fence_held is part of the open transaction */
+	int			bBroken;		/* out of memory: what is held is unknown */
+
+	sqlite3    *db;
+	void	   *pAlloc;			/* what fenceConnAlloc allocated, for sqlite3_free */
+	int			nRef;			/* the module and each connected table */
+	int			bVtabConnected; /* the eponymous fence_held is connected */
+	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
+	unsigned	nBegin;			/* transactions fence_txn has joined */
 	/* the writing statement whose run the undo log belongs to */
 	sqlite3_stmt *pUndoStmt;
 	int			undoRun;		/* its SQLITE_STMTSTATUS_RUN then */
@@ -113,10 +131,6 @@ typedef struct FenceConn
 	sqlite3_stmt *pCanaryToken;
 	int			nTokensReprepared;	/* the three's SQLITE_STMTSTATUS_REPREPARE, summed,
 									 * when fence_tokens' shape was last checked */
-	/* what a guard call passed last (fence.c); guardEpoch moves on any change */
-	unsigned	guardEpoch;
-	FenceGuardMemo memoWrite;
-	FenceGuardMemo memoFenced;
 	int			sharedCache;	/* FENCE_SHARED_*: main in shared-cache mode? (fence.c) */
 	/* the highest-token cache (fence_cache.c) */
 	unsigned	cacheGen;		/* entries of this generation are verdicts */
@@ -372,6 +386,22 @@ fenceStatsCount(FenceConn *conn, int slot, int bStale, sqlite3_int64 token)
 		conn->pStats->a[slot].accepted++;
 	else
 		fenceStatsReject(conn, slot, token);
+}
+
+/*
+ * The accepts the guard's memo answered are counted in FenceConn's first
+ * cache line (nMemoAccepts), not in the resource's fence_stats entry, which
+ * would be one more line for every row; they go to the entry of
+ * memoWrite.statsSlot before that changes and before fence_stats is read.
+ */
+static inline void
+fenceStatsSettleMemo(FenceConn *conn)
+{
+	if (conn->nMemoAccepts > 0)
+	{
+		conn->pStats->a[conn->memoWrite.statsSlot].accepted += (sqlite3_int64) conn->nMemoAccepts;
+		conn->nMemoAccepts = 0;
+	}
 }
 
 /* fence_schema_read.c: the schema read whole through an authorizer */

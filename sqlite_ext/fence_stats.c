@@ -324,6 +324,8 @@ statsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
 	(void) argc;
 	(void) argv;
 	cur->i = 0;
+	if (s)
+		fenceStatsSettleMemo(statsConn(pCur));
 	/* a scan that takes fences adds resources: it stops where it began */
 	cur->nEnd = s ? s->nEntry : 0;
 	statsSettle(cur);
@@ -358,6 +360,7 @@ statsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
 			sqlite3_result_text(ctx, e->resource, e->n, SQLITE_TRANSIENT);
 			break;
 		case 1:
+			fenceStatsSettleMemo(statsConn(pCur));	/* guards ran since the scan began */
 			sqlite3_result_int64(ctx, e->accepted);
 			break;
 		case 2:

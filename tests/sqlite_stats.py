@@ -117,6 +117,31 @@ def main():
            stats(c)["g"][:3] == (5, 1, 6),
            "a guard's stale error counts one rejection", stats(c).get("g"))
 
+        # many rows of one resource: each counted, read during the transaction
+        # and after, with two guards' rows alternating and a statement of many rows
+        c.execute("CREATE TABLE m1(id INTEGER PRIMARY KEY, tok INTEGER)")
+        c.execute("CREATE TABLE m2(id INTEGER PRIMARY KEY, tok INTEGER)")
+        c.execute("SELECT fence_protect('m1', 'tok', 'ma')")
+        c.execute("SELECT fence_protect('m2', 'tok', 'mb')")
+        c.execute("BEGIN")
+        c.execute("SELECT fence_check('ma', 1), fence_check('mb', 1)")
+        for _ in range(200):
+            c.execute("INSERT INTO m1(tok) VALUES (1)")
+        mid = stats(c).get("ma")
+        for _ in range(25):
+            c.execute("INSERT INTO m1(tok) VALUES (1)")
+            c.execute("INSERT INTO m2(tok) VALUES (1)")
+        for table in ("m1", "m2", "m1"):
+            c.executemany("INSERT INTO %s(tok) VALUES (1)" % table, [()] * (25 if table == "m2" else 13))
+        c.execute("UPDATE m1 SET tok = 1")
+        in_txn = (stats(c).get("ma"), stats(c).get("mb"))
+        c.execute("COMMIT")
+        ok(mid == (201, 0, None, None) and in_txn == ((503, 0, None, None), (51, 0, None, None)) and
+           (stats(c).get("ma"), stats(c).get("mb")) == in_txn,
+           "every row a guard accepts is counted: 200 rows one statement each, read during the "
+           "transaction; two tables alternating, row by row and in runs; one UPDATE of 251 rows",
+           (mid, in_txn))
+
         # per-row resources: an UPDATE changing the key is checked under both
         c.execute("CREATE TABLE k(id TEXT PRIMARY KEY, tok INTEGER)")
         c.execute("SELECT fence_protect('k', 'tok', 'k:', 'id')")

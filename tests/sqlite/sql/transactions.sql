@@ -54,6 +54,29 @@ RELEASE s2;
 SELECT * FROM fence_held;
 UPDATE w SET v = 'e';
 COMMIT;
+-- Savepoints nested deeper than fence keeps marks for without allocating
+-- (four): each level fences a resource of its own, and rolling back to a
+-- level undoes exactly what came after it, the deep levels first.
+BEGIN;
+SELECT fence_check('d0', 1);
+SAVEPOINT d1; SELECT fence_check('d1', 1);
+SAVEPOINT d2; SELECT fence_check('d2', 1);
+SAVEPOINT d3; SELECT fence_check('d3', 1);
+SAVEPOINT d4; SELECT fence_check('d4', 1);
+SAVEPOINT d5; SELECT fence_check('d5', 1);
+SAVEPOINT d6; SELECT fence_check('d6', 1);
+SAVEPOINT d7; SELECT fence_check('d7', 1);
+SAVEPOINT d8; SELECT fence_check('d8', 1);
+SELECT group_concat(resource, ' ') FROM fence_held;
+ROLLBACK TO d7;
+SELECT group_concat(resource, ' ') FROM fence_held;
+ROLLBACK TO d5;
+SELECT group_concat(resource, ' ') FROM fence_held;
+SAVEPOINT d6b; SELECT fence_check('d6b', 1);
+ROLLBACK TO d2;
+SELECT group_concat(resource, ' ') FROM fence_held;
+COMMIT;
+SELECT group_concat(resource, ' ') FROM fence_tokens WHERE resource LIKE 'd%';
 -- SAVEPOINT outside BEGIN opens the transaction; RELEASE commits it.
 SAVEPOINT lone;
 SELECT fence_check('r', 5);
