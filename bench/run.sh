@@ -141,13 +141,15 @@ if part sqlite; then
 	say "SQLite: $SQLITE_RUNS runs of 4 cells x 4 variants, then memory over $SQLITE_MEM_TXNS transactions"
 	# one process per variant and run, the variants alternating and their
 	# order rotating between runs: in one process, which connection was set
-	# up first moved the one-row ratios by up to 5% (bench/sqlite_bench.c)
+	# up first moved the one-row ratios by up to 5% (bench/sqlite_bench.c);
+	# and each run in another heap layout, the same for its variants
+	# (SQLITE_BENCH_HEAP_PAD, bench/sqlite_bench.c)
 	: >"$WORK/sqlite.out"
 	SQLITE_VARIANTS=(plain floor fenced sqltrig)
 	for ((run = 1; run <= SQLITE_RUNS; run++)); do
 		for ((k = 0; k < ${#SQLITE_VARIANTS[@]}; k++)); do
 			v=${SQLITE_VARIANTS[$(((k + run) % ${#SQLITE_VARIANTS[@]}))]}
-			if ! "$WORK/sqlite_bench" "$FENCE_ROOT/sqlite_ext/fence.so" "$WORK/sqlite" "$run-$run" \
+			if ! SQLITE_BENCH_HEAP_PAD=$(((run - 1) * 1552 % 4096)) "$WORK/sqlite_bench" "$FENCE_ROOT/sqlite_ext/fence.so" "$WORK/sqlite" "$run-$run" \
 				"$SQLITE_SCALE" 0 "$v/" >"$WORK/sqlite.one" 2>>"$LOG"; then
 				say "the SQLite benchmark failed (see $LOG)"
 				exit 1

@@ -19,7 +19,8 @@
 #    from them.
 # 2. Rows per second: for every round and cell the two builds run back to
 #    back in new directories, in an order that alternates between rounds,
-#    so that drift falls on both alike. Printed: the median of the
+#    so that drift falls on both alike, and in a heap layout that changes
+#    between rounds. Printed: the median of the
 #    per-round new/old ratios and their interquartile range, which is what
 #    says whether a difference stands out of this machine's noise.
 #
@@ -57,10 +58,11 @@ count() {
 			END { print ir, i1, d1 }'
 }
 
-# rate BUILD CELL: rows per second of one timed run
+# rate BUILD CELL ROUND: rows per second of one timed run, in the round's
+# heap layout (SQLITE_BENCH_HEAP_PAD, bench/sqlite_bench.c)
 rate() {
 	rm -rf "$work/db" && mkdir "$work/db"
-	"$work/sqlite_bench" "$work/$1/fence.so" "$work/db" 1 "$scale" 0 "fenced/$2/" |
+	SQLITE_BENCH_HEAP_PAD=$((($3 - 1) * 1552 % 4096)) "$work/sqlite_bench" "$work/$1/fence.so" "$work/db" 1 "$scale" 0 "fenced/$2/" |
 		awk -F'\t' '$1 == "sqlite" { print $6 }'
 }
 
@@ -79,9 +81,9 @@ for cell in $cells; do
 		: >"$work/ratios"
 		for r in $(seq "$rounds"); do
 			if [ $((r % 2)) -eq 1 ]; then
-				a=$(rate old "$cell"); b=$(rate new "$cell")
+				a=$(rate old "$cell" "$r"); b=$(rate new "$cell" "$r")
 			else
-				b=$(rate new "$cell"); a=$(rate old "$cell")
+				b=$(rate new "$cell" "$r"); a=$(rate old "$cell" "$r")
 			fi
 			awk -v a="$a" -v b="$b" 'BEGIN { printf "%.4f\n", b / a }' >>"$work/ratios"
 		done
