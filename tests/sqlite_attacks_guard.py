@@ -655,6 +655,135 @@ def generated_rowid_attacks():
        "is looked up (a:y's row stays)", "error: %r\nrows: %r" % (err, rows))
 
 
+def default_replace_attacks():
+    """A NULL put into a NOT NULL column with a DEFAULT, under REPLACE (the
+    statement's OR REPLACE, the column's ON CONFLICT REPLACE, or a WITHOUT
+    ROWID primary key's implicit NOT NULL): SQLite writes the DEFAULT in its
+    place after the BEFORE triggers ran, so the guard's REPLACE look-up
+    (c.q = NEW.q) found no row while the REPLACE deleted a:victim's row,
+    and a key generated from such a column was checked under one resource
+    and written under another, with a token below that one's highest
+    (attacker round 18). fence_protect refuses the table; a guard made
+    before (here: the table's SQL given the DEFAULT afterwards, as an older
+    fence would have left it) is refused at its first write; a NOT NULL
+    DEFAULT column the guard does not read is no reason to refuse."""
+    def setup(i, ddl, key="k"):
+        path = os.path.join(work, "dflt-%d.db" % i)
+        c = connect(path)
+        c.execute(ddl)
+        err = attempt(c, "SELECT fence_protect('a', 'tok', 'a:', '%s')" % key)
+        n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+        return path, c, err, n
+
+    # the statement forms, each against a table fence_protect would guard
+    cases = [
+        ("INSERT OR REPLACE, q NOT NULL DEFAULT UNIQUE",
+         "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL DEFAULT 'x' UNIQUE, tok INTEGER)",
+         "INSERT INTO a VALUES ('victim', 'x', 100)",
+         ["INSERT OR REPLACE INTO a(k, q, tok) VALUES ('mine', NULL, 1)"]),
+        ("UPDATE OR REPLACE SET q = NULL",
+         "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL DEFAULT 'x' UNIQUE, tok INTEGER)",
+         "INSERT INTO a VALUES ('victim', 'x', 100), ('mine', 'm', 1)",
+         ["BEGIN", "SELECT fence_check('a:mine', 1)",
+          "UPDATE OR REPLACE a SET q = NULL WHERE k = 'mine'", "COMMIT"]),
+        ("a plain INSERT, q NOT NULL ON CONFLICT REPLACE DEFAULT UNIQUE ON CONFLICT REPLACE",
+         "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL ON CONFLICT REPLACE DEFAULT 'x' "
+         "UNIQUE ON CONFLICT REPLACE, tok INTEGER)",
+         "INSERT INTO a VALUES ('victim', 'x', 100)",
+         ["INSERT INTO a(k, q, tok) VALUES ('mine', NULL, 1)"]),
+        ("WITHOUT ROWID, a primary key with a DEFAULT",
+         "CREATE TABLE a(q TEXT PRIMARY KEY DEFAULT 'x', k TEXT, tok INTEGER) WITHOUT ROWID",
+         "INSERT INTO a VALUES ('x', 'victim', 100)",
+         ["INSERT OR REPLACE INTO a(q, k, tok) VALUES (NULL, 'mine', 1)"]),
+        ("a composite UNIQUE(q, r), r NOT NULL DEFAULT",
+         "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT, r TEXT NOT NULL DEFAULT 'y', tok INTEGER, "
+         "UNIQUE(q, r))",
+         "INSERT INTO a VALUES ('victim', 'x', 'y', 100)",
+         ["INSERT OR REPLACE INTO a(k, q, r, tok) VALUES ('mine', 'x', NULL, 1)"]),
+        ("a generated UNIQUE g AS (q), q NOT NULL DEFAULT",
+         "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL DEFAULT 'x', g TEXT AS (q) UNIQUE, "
+         "tok INTEGER)",
+         "INSERT INTO a(k, q, tok) VALUES ('victim', 'x', 100)",
+         ["INSERT OR REPLACE INTO a(k, q, tok) VALUES ('mine', NULL, 1)"]),
+    ]
+    for i, (what, ddl, victim, attack) in enumerate(cases):
+        path, c, err, n = setup(i, ddl)
+        if err is None:
+            c.execute("SELECT fence_check('a:victim', 100)")
+            c.execute(victim)
+        c.close()
+        before = committed(path, "a")
+        c = connect(path)
+        aerr = script(c, attack, rollback=True)
+        c.close()
+        after = committed(path, "a")
+        ok((err is not None and "DEFAULT" in err and n == 0) or
+           (aerr is not None and after == before),
+           "%s: fence_protect refuses the table, or the REPLACE commits nothing" % what,
+           "protect: %r\nattack: %r\nbefore: %r\nafter: %r" % (err, aerr, before, after))
+
+    # a key generated from such a column: checked under a:mine, written under a:vic
+    for j, (what, attack) in enumerate([
+            ("a plain INSERT", ["INSERT INTO a(id, q, tok) VALUES (2, NULL, 1)"]),
+            ("an UPDATE with no token column set",
+             ["BEGIN", "SELECT fence_check('a:mine', 1)", "UPDATE a SET q = NULL WHERE id = 3",
+              "COMMIT"])]):
+        path, c, err, n = setup(10 + j, "CREATE TABLE a(id INTEGER, q TEXT NOT NULL ON CONFLICT "
+                                "REPLACE DEFAULT 'vic', k TEXT AS (coalesce(q, 'mine')) STORED, "
+                                "tok INTEGER)")
+        if err is None:
+            c.execute("SELECT fence_check('a:vic', 100)")
+            c.execute("INSERT INTO a(id, q, tok) VALUES (1, 'vic', 100)")
+            c.execute("SELECT fence_check('a:mine', 1)")
+            c.execute("INSERT INTO a(id, q, tok) VALUES (3, 'mine', 1)")
+        c.close()
+        before = committed(path, "a")
+        c = connect(path)
+        aerr = script(c, attack, rollback=True)
+        c.close()
+        after = committed(path, "a")
+        ok((err is not None and "DEFAULT" in err and n == 0) or
+           (aerr is not None and after == before),
+           "a key generated from a NOT NULL DEFAULT column, %s: fence_protect refuses the "
+           "table, or nothing commits under a:vic" % what,
+           "protect: %r\nattack: %r\nbefore: %r\nafter: %r" % (err, aerr, before, after))
+
+    # a guard made before the rule: the table's SQL given the DEFAULT afterwards
+    path, c, err, n = setup(20, "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT UNIQUE, tok INTEGER)")
+    c.executescript("""
+        SELECT fence_check('a:victim', 100);
+        INSERT INTO a VALUES ('victim', 'x', 100);
+        PRAGMA writable_schema = ON;
+        UPDATE sqlite_schema SET sql = replace(sql, 'q TEXT UNIQUE', 'q TEXT NOT NULL DEFAULT ''x'' UNIQUE')
+            WHERE name = 'a';
+        PRAGMA writable_schema = OFF;
+    """)
+    version = c.execute("PRAGMA schema_version").fetchone()[0]
+    c.execute("PRAGMA writable_schema = ON")
+    c.execute("PRAGMA schema_version = %d" % (version + 1))
+    c.execute("PRAGMA writable_schema = OFF")
+    c.close()
+    before = committed(path, "a")
+    c = connect(path)
+    aerr = attempt(c, "INSERT OR REPLACE INTO a(k, q, tok) VALUES ('mine', NULL, 1)")
+    c.close()
+    after = committed(path, "a")
+    ok(err is None and aerr is not None and "DEFAULT" in aerr and after == before,
+       "a guard made before the rule, on a UNIQUE column with a NOT NULL DEFAULT: the write "
+       "is refused, a:victim's row stays", "protect: %r\nattack: %r\nbefore: %r\nafter: %r" %
+       (err, aerr, before, after))
+
+    # what the guard does not read: no reason to refuse
+    path, c, err, n = setup(30, "CREATE TABLE a(k TEXT NOT NULL DEFAULT '' PRIMARY KEY, "
+                            "q TEXT UNIQUE, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, tok INTEGER)")
+    werr = None if err else script(c, ["BEGIN", "SELECT fence_check('a:x', 1)",
+                                       "INSERT INTO a(k, q, tok) VALUES ('x', 'q', 1)", "COMMIT"])
+    c.close()
+    ok(err is None and n > 0 and werr is None,
+       "a NOT NULL DEFAULT on the key and on a column no UNIQUE index holds: protected, and "
+       "written", (err, n, werr))
+
+
 def rewriting_trigger_attacks():
     """The application's own BEFORE UPDATE trigger writes the row being
     updated (UPDATE a SET q = 'Q' WHERE k = NEW.k): SQLite reads the columns
@@ -1279,7 +1408,7 @@ def main():
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
                      rowid_column_attacks, crafted_lookup_attacks, record_format_attacks,
-                     generated_rowid_attacks, rewriting_trigger_attacks,
+                     generated_rowid_attacks, default_replace_attacks, rewriting_trigger_attacks,
                      collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
