@@ -641,6 +641,27 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 							   zTable));
 		return 0;
 	}
+	/* a guard made before fence_protect refused these (fence_schema_read.c) */
+	if (rc == SQLITE_OK)
+	{
+		char	   *zReplaced = NULL;
+		int			bGenerated = 0;
+
+		rc = fenceDefaultReplaced(conn->db, zTable, ix, &zReplaced, &bGenerated);
+		if (rc == SQLITE_OK && zReplaced != NULL)
+		{
+			refuse(ctx, FENCE_RC_INVALID,
+				   sqlite3_mprintf("fence guard refused: column \"%s\" of \"%s\" is NOT NULL "
+								   "with a DEFAULT, and %s: under REPLACE, SQLite writes the "
+								   "DEFAULT in place of a NULL after the guard's checks ran; drop "
+								   "the DEFAULT, or write the NOT NULL as CHECK (\"%s\" IS NOT "
+								   "NULL), then run fence_protect on \"%s\" again", zReplaced,
+								   zTable, bGenerated ? "the table has a generated column" :
+								   "a UNIQUE index holds it", zReplaced, zTable));
+			sqlite3_free(zReplaced);
+			return 0;
+		}
+	}
 	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr->n; t++)
 	{
 		const char *zName = tr->a[t].zName;
@@ -709,72 +730,10 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 	return 1;
 }
 
-/* A token of SQL text: a bare word, a quoted name or literal, or one character. */
-typedef enum SqlTokenKind
-{
-	SQL_END, SQL_WORD, SQL_QUOTED, SQL_PUNCT
-} SqlTokenKind;
-
-/* The token at or after *pz (spaces and comments skipped); *pz moves past it. */
-static SqlTokenKind
-sqlNextToken(const char **pz, const char **pzTok, int *pnTok)
-{
-	const char *z = *pz;
-
-	for (;;)
-	{
-		while (*z == ' ' || *z == '\t' || *z == '\n' || *z == '\r' || *z == '\f' || *z == '\v')
-			z++;
-		if (z[0] == '-' && z[1] == '-')
-			while (*z && *z != '\n')
-				z++;
-		else if (z[0] == '/' && z[1] == '*')
-		{
-			const char *zEnd = strstr(z + 2, "*/");
-
-			z = zEnd ? zEnd + 2 : z + strlen(z);
-		}
-		else
-			break;
-	}
-	*pzTok = z;
-	if (*z == '\0')
-	{
-		*pnTok = 0;
-		*pz = z;
-		return SQL_END;
-	}
-	if (*z == '\'' || *z == '"' || *z == '`' || *z == '[')
-	{
-		char		q = *z == '[' ? ']' : *z;
-
-		for (z++; *z && !(z[0] == q && (q == ']' || z[1] != q)); z += (z[0] == q) ? 2 : 1)
-			;
-		if (*z)
-			z++;
-		*pnTok = (int) (z - *pzTok);
-		*pz = z;
-		return SQL_QUOTED;
-	}
-	if ((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || (*z >= '0' && *z <= '9') ||
-		*z == '_' || *z == '$' || (unsigned char) *z >= 0x80)
-	{
-		while ((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || (*z >= '0' && *z <= '9') ||
-			   *z == '_' || *z == '$' || (unsigned char) *z >= 0x80)
-			z++;
-		*pnTok = (int) (z - *pzTok);
-		*pz = z;
-		return SQL_WORD;
-	}
-	*pnTok = 1;
-	*pz = z + 1;
-	return SQL_PUNCT;
-}
-
 static int
-isWord(SqlTokenKind k, const char *zTok, int nTok, const char *zWord)
+isWord(FenceSqlToken k, const char *zTok, int nTok, const char *zWord)
 {
-	return k == SQL_WORD && (int) strlen(zWord) == nTok && sqlite3_strnicmp(zTok, zWord, nTok) == 0;
+	return k == FENCE_SQL_WORD && (int) strlen(zWord) == nTok && sqlite3_strnicmp(zTok, zWord, nTok) == 0;
 }
 
 /*
@@ -797,54 +756,54 @@ triggerMayRewriteRow(const char *zSql)
 	const char *z = zSql;
 	const char *zTok;
 	int			nTok;
-	SqlTokenKind k;
+	FenceSqlToken k;
 	int			bBefore = 1;
 	int			bUpdate = 1;	/* until the header says otherwise */
 	int			bStart = 0;
 	int			i;
 
-	k = sqlNextToken(&z, &zTok, &nTok);
+	k = fenceSqlNextToken(&z, &zTok, &nTok);
 	if (isWord(k, zTok, nTok, "CREATE"))
 	{
-		k = sqlNextToken(&z, &zTok, &nTok);
+		k = fenceSqlNextToken(&z, &zTok, &nTok);
 		if (isWord(k, zTok, nTok, "TEMP") || isWord(k, zTok, nTok, "TEMPORARY"))
-			k = sqlNextToken(&z, &zTok, &nTok);
+			k = fenceSqlNextToken(&z, &zTok, &nTok);
 		if (isWord(k, zTok, nTok, "TRIGGER"))
 		{
-			k = sqlNextToken(&z, &zTok, &nTok);
+			k = fenceSqlNextToken(&z, &zTok, &nTok);
 			if (isWord(k, zTok, nTok, "IF"))
 			{
-				sqlNextToken(&z, &zTok, &nTok);		/* NOT */
-				sqlNextToken(&z, &zTok, &nTok);		/* EXISTS */
-				k = sqlNextToken(&z, &zTok, &nTok);
+				fenceSqlNextToken(&z, &zTok, &nTok);		/* NOT */
+				fenceSqlNextToken(&z, &zTok, &nTok);		/* EXISTS */
+				k = fenceSqlNextToken(&z, &zTok, &nTok);
 			}
 			/* past the name (k), and a schema.name's second part */
-			k = sqlNextToken(&z, &zTok, &nTok);
-			if (k == SQL_PUNCT && *zTok == '.')
+			k = fenceSqlNextToken(&z, &zTok, &nTok);
+			if (k == FENCE_SQL_PUNCT && *zTok == '.')
 			{
-				sqlNextToken(&z, &zTok, &nTok);
-				k = sqlNextToken(&z, &zTok, &nTok);
+				fenceSqlNextToken(&z, &zTok, &nTok);
+				k = fenceSqlNextToken(&z, &zTok, &nTok);
 			}
 			if (isWord(k, zTok, nTok, "AFTER") || isWord(k, zTok, nTok, "INSTEAD"))
 				bBefore = 0;
 			if (isWord(k, zTok, nTok, "INSTEAD"))
-				sqlNextToken(&z, &zTok, &nTok);		/* OF */
+				fenceSqlNextToken(&z, &zTok, &nTok);		/* OF */
 			if (isWord(k, zTok, nTok, "BEFORE") || isWord(k, zTok, nTok, "AFTER") ||
 				isWord(k, zTok, nTok, "INSTEAD"))
-				k = sqlNextToken(&z, &zTok, &nTok);
+				k = fenceSqlNextToken(&z, &zTok, &nTok);
 			if (isWord(k, zTok, nTok, "INSERT") || isWord(k, zTok, nTok, "DELETE"))
 				bUpdate = 0;
 		}
 	}
 	if (!bBefore || !bUpdate)
 		return 0;
-	while ((k = sqlNextToken(&z, &zTok, &nTok)) != SQL_END)
+	while ((k = fenceSqlNextToken(&z, &zTok, &nTok)) != FENCE_SQL_END)
 	{
-		if (bStart && k == SQL_WORD)
+		if (bStart && k == FENCE_SQL_WORD)
 			for (i = 0; i < (int) (sizeof(azWrite) / sizeof(azWrite[0])); i++)
 				if (isWord(k, zTok, nTok, azWrite[i]))
 					return 1;
-		bStart = isWord(k, zTok, nTok, "BEGIN") || (k == SQL_PUNCT && *zTok == ';');
+		bStart = isWord(k, zTok, nTok, "BEGIN") || (k == FENCE_SQL_PUNCT && *zTok == ';');
 	}
 	return 0;
 }

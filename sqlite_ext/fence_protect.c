@@ -1158,6 +1158,39 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 			goto done;
 		}
 	}
+	/* nor a NULL SQLite replaces by a DEFAULT after its look-ups ran */
+	if (spec.zKeyColumn)
+	{
+		FenceUniqueIndexes ix = {0, NULL};
+		char	   *zReplaced = NULL;
+		int			bGenerated = 0;
+		int			rc = fenceUniqueIndexesRead(db, zCanonical, &ix);
+
+		if (rc == SQLITE_OK)
+			rc = fenceDefaultReplaced(db, zCanonical, &ix, &zReplaced, &bGenerated);
+		fenceUniqueIndexesFree(&ix);
+		if (rc != SQLITE_OK || zReplaced != NULL)
+		{
+			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
+						rc == SQLITE_OK ?
+						sqlite3_mprintf("fence_protect: column \"%s\" of \"%s\" is NOT NULL with a "
+										"DEFAULT, and %s: under REPLACE, SQLite writes the DEFAULT "
+										"in place of a NULL after the guard's checks ran, so a "
+										"per-row guard would check the wrong %s; drop the DEFAULT, "
+										"or write the NOT NULL as CHECK (\"%s\" IS NOT NULL); the "
+										"table is left unguarded", zReplaced, zCanonical,
+										bGenerated ? "the table has a generated column (which "
+										"fence cannot follow to its inputs)" :
+										"a UNIQUE index holds it",
+										bGenerated ? "resource or rows" : "rows for a REPLACE",
+										zReplaced) :
+						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\" "
+										"(an authorizer?); the table is left unguarded",
+										zCanonical));
+			sqlite3_free(zReplaced);
+			goto done;
+		}
+	}
 	if ((spec.zTokenColumn && !lookupColumn(ctx, zCanonical, spec.zTokenColumn, NULL)) ||
 		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)) ||
 		!checkColumnTypes(ctx, &spec) ||

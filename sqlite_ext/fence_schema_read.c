@@ -392,6 +392,66 @@ fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
 }
 
 /* ---------------------------------------------------------------------
+ * SQL text, read token by token (the schema's own SQL).
+ * ------------------------------------------------------------------ */
+
+/* The token at or after *pz (spaces and comments skipped); *pz moves past it. */
+FenceSqlToken
+fenceSqlNextToken(const char **pz, const char **pzTok, int *pnTok)
+{
+	const char *z = *pz;
+
+	for (;;)
+	{
+		while (*z == ' ' || *z == '\t' || *z == '\n' || *z == '\r' || *z == '\f' || *z == '\v')
+			z++;
+		if (z[0] == '-' && z[1] == '-')
+			while (*z && *z != '\n')
+				z++;
+		else if (z[0] == '/' && z[1] == '*')
+		{
+			const char *zEnd = strstr(z + 2, "*/");
+
+			z = zEnd ? zEnd + 2 : z + strlen(z);
+		}
+		else
+			break;
+	}
+	*pzTok = z;
+	if (*z == '\0')
+	{
+		*pnTok = 0;
+		*pz = z;
+		return FENCE_SQL_END;
+	}
+	if (*z == '\'' || *z == '"' || *z == '`' || *z == '[')
+	{
+		char		q = *z == '[' ? ']' : *z;
+
+		for (z++; *z && !(z[0] == q && (q == ']' || z[1] != q)); z += (z[0] == q) ? 2 : 1)
+			;
+		if (*z)
+			z++;
+		*pnTok = (int) (z - *pzTok);
+		*pz = z;
+		return FENCE_SQL_QUOTED;
+	}
+	if ((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || (*z >= '0' && *z <= '9') ||
+		*z == '_' || *z == '$' || (unsigned char) *z >= 0x80)
+	{
+		while ((*z >= 'A' && *z <= 'Z') || (*z >= 'a' && *z <= 'z') || (*z >= '0' && *z <= '9') ||
+			   *z == '_' || *z == '$' || (unsigned char) *z >= 0x80)
+			z++;
+		*pnTok = (int) (z - *pzTok);
+		*pz = z;
+		return FENCE_SQL_WORD;
+	}
+	*pnTok = 1;
+	*pz = z + 1;
+	return FENCE_SQL_PUNCT;
+}
+
+/* ---------------------------------------------------------------------
  * A table's columns.
  * ------------------------------------------------------------------ */
 
@@ -541,6 +601,162 @@ fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey, char 
 	for (i = 0; i < t.nCol; i++)
 		sqlite3_free(t.azName[i]);
 	sqlite3_free(t.azName);
+	return rc;
+}
+
+/* A column as a NULL written into it under REPLACE could become: its DEFAULT. */
+typedef struct DefaultColumns
+{
+	int			nCol;
+	int			nDefault;		/* columns with a DEFAULT */
+	int			nAlloc;
+	struct
+	{
+		char	   *zName;
+		int			bReplaced;	/* NOT NULL with a DEFAULT */
+		int			bGenerated;
+	}		   *a;
+} DefaultColumns;
+
+/* pragma_table_xinfo: name, "notnull", dflt_value, hidden */
+static int
+defaultColumnRow(void *pArg, sqlite3_stmt *stmt)
+{
+	DefaultColumns *t = pArg;
+	int			hidden = sqlite3_column_int(stmt, 3);
+	int			bDefault = sqlite3_column_type(stmt, 2) != SQLITE_NULL;
+
+	/* every column has a name, a NOT NULL flag and a hidden flag (its DEFAULT: counted below) */
+	if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
+		sqlite3_column_type(stmt, 1) != SQLITE_INTEGER ||
+		sqlite3_column_type(stmt, 3) != SQLITE_INTEGER)
+		return FENCE_RC_INVALID;
+	if (t->nCol == t->nAlloc)
+	{
+		int			nAlloc = t->nAlloc * 2 + 8;
+		void	   *a = sqlite3_realloc64(t->a, sizeof(t->a[0]) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+			return SQLITE_NOMEM;
+		t->a = a;
+		t->nAlloc = nAlloc;
+	}
+	if ((t->a[t->nCol].zName = dupText(stmt, 0)) == NULL)
+		return SQLITE_NOMEM;
+	t->a[t->nCol].bReplaced = sqlite3_column_int(stmt, 1) != 0 && bDefault;
+	t->a[t->nCol].bGenerated = hidden == 2 || hidden == 3;
+	t->nDefault += bDefault;
+	t->nCol++;
+	return SQLITE_OK;
+}
+
+/* How many DEFAULT clauses the SQL of main's table zTable has: -1 if none found. */
+static int
+countDefaultClauses(const FenceGuardTriggers *objects, const char *zTable)
+{
+	int			i;
+
+	for (i = 0; i < objects->n; i++)
+		if (strcmp(objects->a[i].zType, "table") == 0 &&
+			sqlite3_stricmp(objects->a[i].zName, zTable) == 0)
+		{
+			const char *z = objects->a[i].zSql;
+			const char *zTok;
+			int			nTok;
+			int			n = 0;
+			FenceSqlToken k;
+
+			while ((k = fenceSqlNextToken(&z, &zTok, &nTok)) != FENCE_SQL_END)
+				if (k == FENCE_SQL_WORD && nTok == 7 && sqlite3_strnicmp(zTok, "DEFAULT", 7) == 0)
+					n++;
+			return n;
+		}
+	return -1;
+}
+
+static int
+isColumnOf(const DefaultColumns *t, const char *zName, int *pbReplaced, int *pbGenerated)
+{
+	int			i;
+
+	for (i = 0; i < t->nCol; i++)
+		if (sqlite3_stricmp(t->a[i].zName, zName) == 0)
+		{
+			*pbReplaced = t->a[i].bReplaced;
+			*pbGenerated = t->a[i].bGenerated;
+			return 1;
+		}
+	return 0;
+}
+
+/*
+ * A column whose NULL SQLite replaces by its DEFAULT where a per-row guard
+ * cannot see it. Under REPLACE (the statement's OR REPLACE, or the column's
+ * NOT NULL ON CONFLICT REPLACE, or a WITHOUT ROWID primary key's NOT NULL)
+ * a NULL written into a NOT NULL column with a DEFAULT becomes the DEFAULT
+ * as SQLite checks the constraints, after the BEFORE triggers ran: a
+ * REPLACE look-up "c.q = NEW.q" compared a NULL and found no row, while the
+ * row written with the DEFAULT replaced another resource's row; and a
+ * generated key or UNIQUE column computed from such a column was checked
+ * on the NULL and written on the DEFAULT. So: a column of a UNIQUE index
+ * that is NOT NULL with a DEFAULT, in *pzColumn (sqlite3_free it); or, when
+ * the table has a generated column (which this cannot follow to its
+ * inputs), any NOT NULL column with a DEFAULT, and *pbGenerated 1. NULL
+ * when there is none. The key is not told apart: admission, which must
+ * decide as fence_protect did, does not know which column it is (and the
+ * guard refuses a NULL key anyway).
+ *
+ * dflt_value is NULL for a column without a DEFAULT, so an authorizer
+ * blinding it would go unseen: the columns with one are counted against
+ * the DEFAULT clauses in the table's SQL. SQLITE_OK, FENCE_RC_INVALID
+ * (blinded or skipped), or an error.
+ */
+int
+fenceDefaultReplaced(sqlite3 *db, const char *zTable, const FenceUniqueIndexes *ix,
+					 char **pzColumn, int *pbGenerated)
+{
+	DefaultColumns t = {0, 0, 0, NULL};
+	FenceGuardTriggers objects = {0, NULL, NULL, NULL, 0};
+	const char *zFound = NULL;
+	int			bReplaced = 0,
+				bGenerated = 0;
+	int			rc;
+	int			i,
+				j;
+
+	*pzColumn = NULL;
+	*pbGenerated = 0;
+	rc = readWhole(db, "SELECT name, \"notnull\", dflt_value, hidden FROM pragma_table_xinfo(?1, 'main')",
+				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
+				   defaultColumnRow, &t);
+	if (rc == SQLITE_OK && t.nCol == 0)
+		rc = FENCE_RC_INVALID;	/* every table has a column */
+	if (rc == SQLITE_OK)
+		rc = fenceTableTriggersRead(db, "main", NULL, &objects);
+	if (rc == SQLITE_OK && countDefaultClauses(&objects, zTable) != t.nDefault)
+		rc = FENCE_RC_INVALID;	/* a DEFAULT the pragma did not show */
+	for (i = 0; rc == SQLITE_OK && zFound == NULL && i < ix->n; i++)
+		for (j = 0; zFound == NULL && j < ix->a[i].nCol; j++)
+		{
+			const char *zCol = ix->a[i].aCol[j].zName;
+
+			if (zCol != NULL && isColumnOf(&t, zCol, &bReplaced, &bGenerated) && bReplaced)
+				zFound = zCol;
+		}
+	for (i = 0; rc == SQLITE_OK && zFound == NULL && i < t.nCol; i++)
+		bGenerated |= t.a[i].bGenerated;
+	for (i = 0; rc == SQLITE_OK && zFound == NULL && bGenerated && i < t.nCol; i++)
+		if (t.a[i].bReplaced)
+		{
+			zFound = t.a[i].zName;
+			*pbGenerated = 1;
+		}
+	if (zFound != NULL && (*pzColumn = sqlite3_mprintf("%s", zFound)) == NULL)
+		rc = SQLITE_NOMEM;
+	fenceGuardTriggersFree(&objects);
+	for (i = 0; i < t.nCol; i++)
+		sqlite3_free(t.a[i].zName);
+	sqlite3_free(t.a);
 	return rc;
 }
 

@@ -452,6 +452,15 @@ void		fenceGuardTriggersFree(FenceGuardTriggers *p);
 int			fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id,
 								 int *pbRecorded);
 int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
+int			fenceDefaultReplaced(sqlite3 *db, const char *zTable, const FenceUniqueIndexes *ix,
+								 char **pzColumn, int *pbGenerated);
+
+/* A token of SQL text: a bare word, a quoted name or literal, or one character. */
+typedef enum FenceSqlToken
+{
+	FENCE_SQL_END, FENCE_SQL_WORD, FENCE_SQL_QUOTED, FENCE_SQL_PUNCT
+} FenceSqlToken;
+FenceSqlToken fenceSqlNextToken(const char **pz, const char **pzTok, int *pnTok);
 int			fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey,
 									char **pzColumn);
 

@@ -708,17 +708,20 @@ def default_replace_attacks():
     ]
     for i, (what, ddl, victim, attack) in enumerate(cases):
         path, c, err, n = setup(i, ddl)
-        if err is None:
-            c.execute("SELECT fence_check('a:victim', 100)")
-            c.execute(victim)
+        if err is not None:
+            c.close()
+            ok("DEFAULT" in err and n == 0,
+               "%s: fence_protect refuses the table, no guard made" % what, (err, n))
+            continue
+        c.execute("SELECT fence_check('a:victim', 100)")
+        c.execute(victim)
         c.close()
         before = committed(path, "a")
         c = connect(path)
         aerr = script(c, attack, rollback=True)
         c.close()
         after = committed(path, "a")
-        ok((err is not None and "DEFAULT" in err and n == 0) or
-           (aerr is not None and after == before),
+        ok(aerr is not None and after == before,
            "%s: fence_protect refuses the table, or the REPLACE commits nothing" % what,
            "protect: %r\nattack: %r\nbefore: %r\nafter: %r" % (err, aerr, before, after))
 
@@ -731,19 +734,23 @@ def default_replace_attacks():
         path, c, err, n = setup(10 + j, "CREATE TABLE a(id INTEGER, q TEXT NOT NULL ON CONFLICT "
                                 "REPLACE DEFAULT 'vic', k TEXT AS (coalesce(q, 'mine')) STORED, "
                                 "tok INTEGER)")
-        if err is None:
-            c.execute("SELECT fence_check('a:vic', 100)")
-            c.execute("INSERT INTO a(id, q, tok) VALUES (1, 'vic', 100)")
-            c.execute("SELECT fence_check('a:mine', 1)")
-            c.execute("INSERT INTO a(id, q, tok) VALUES (3, 'mine', 1)")
+        if err is not None:
+            c.close()
+            ok("DEFAULT" in err and n == 0,
+               "a key generated from a NOT NULL DEFAULT column, %s: fence_protect refuses the "
+               "table, no guard made" % what, (err, n))
+            continue
+        c.execute("SELECT fence_check('a:vic', 100)")
+        c.execute("INSERT INTO a(id, q, tok) VALUES (1, 'vic', 100)")
+        c.execute("SELECT fence_check('a:mine', 1)")
+        c.execute("INSERT INTO a(id, q, tok) VALUES (3, 'mine', 1)")
         c.close()
         before = committed(path, "a")
         c = connect(path)
         aerr = script(c, attack, rollback=True)
         c.close()
         after = committed(path, "a")
-        ok((err is not None and "DEFAULT" in err and n == 0) or
-           (aerr is not None and after == before),
+        ok(aerr is not None and after == before,
            "a key generated from a NOT NULL DEFAULT column, %s: fence_protect refuses the "
            "table, or nothing commits under a:vic" % what,
            "protect: %r\nattack: %r\nbefore: %r\nafter: %r" % (err, aerr, before, after))
@@ -773,15 +780,33 @@ def default_replace_attacks():
        "is refused, a:victim's row stays", "protect: %r\nattack: %r\nbefore: %r\nafter: %r" %
        (err, aerr, before, after))
 
+    # an authorizer blinding the DEFAULTs (dflt_value reads NULL, as for no DEFAULT)
+    path = os.path.join(work, "dflt-blind.db")
+    c = connect(path)
+    c.execute("CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL DEFAULT 'x' UNIQUE, tok INTEGER)")
+
+    def blind(action, a1, a2, db, trigger):
+        return sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_READ and a2 == "dflt_value" \
+            else sqlite3.SQLITE_OK
+    c.set_authorizer(blind)
+    err = attempt(c, "SELECT fence_protect('a', 'tok', 'a:', 'k')")
+    c.set_authorizer(None)
+    n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+    c.close()
+    ok(err is not None and n == 0,
+       "an authorizer that blinds the columns' DEFAULTs: fence_protect refuses, no guard made",
+       (err, n))
+
     # what the guard does not read: no reason to refuse
-    path, c, err, n = setup(30, "CREATE TABLE a(k TEXT NOT NULL DEFAULT '' PRIMARY KEY, "
-                            "q TEXT UNIQUE, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, tok INTEGER)")
+    path, c, err, n = setup(30, "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL UNIQUE, "
+                            "at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, n INTEGER DEFAULT 0, "
+                            "tok INTEGER)")
     werr = None if err else script(c, ["BEGIN", "SELECT fence_check('a:x', 1)",
                                        "INSERT INTO a(k, q, tok) VALUES ('x', 'q', 1)", "COMMIT"])
     c.close()
     ok(err is None and n > 0 and werr is None,
-       "a NOT NULL DEFAULT on the key and on a column no UNIQUE index holds: protected, and "
-       "written", (err, n, werr))
+       "a NOT NULL DEFAULT on a column no UNIQUE index holds, a UNIQUE NOT NULL column "
+       "without one: protected, and written", (err, n, werr))
 
 
 def rewriting_trigger_attacks():
