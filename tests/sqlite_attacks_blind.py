@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 import attacklib as lib
-from attacklib import attempt, connect
+from attacklib import attempt, connect, script
 
 check = lib.Checks("sqlite attacks blind")
 ok = check.ok
@@ -880,12 +880,81 @@ def committed_k(path):
     return rows, tokens
 
 
+def token_update_ignored():
+    """An authorizer answering SQLITE_IGNORE to SQLITE_UPDATE of the token
+    column, the same answer every time (a "column is read-only" policy):
+    SQLite drops "tok = 1" from the UPDATE but still fires the guard's
+    BEFORE UPDATE OF tok trigger, whose NEW.tok is then the stored token,
+    the highest. The guard took that for the token the statement presented,
+    and a zombie with token 1 and no fence committed its write (attacker
+    round 18). Refused, with the authorizer set before the connection's
+    first guarded write and after it, for a per-row and a one-resource
+    guard; an authorizer denying the update (SQLITE_DENY) fails it as
+    before, and one that ignores another column's update leaves the guard
+    alone."""
+    def ignore_tok(action, a1, a2, db, trigger):
+        return sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_UPDATE and a2 == "tok" \
+            else sqlite3.SQLITE_OK
+
+    def ignore_v(action, a1, a2, db, trigger):
+        return sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_UPDATE and a2 == "v" \
+            else sqlite3.SQLITE_OK
+
+    for guard in ("'a:', 'k'", "'a-lock'"):
+        resource = "a:victim" if "k" in guard else "a-lock"
+        for when in ("before", "after"):
+            counter[0] += 1
+            path = os.path.join(work, "tokign%d.db" % counter[0])
+            c = connect(path)
+            c.executescript("""
+                CREATE TABLE a(k TEXT PRIMARY KEY, v TEXT, tok INTEGER);
+                SELECT fence_protect('a', 'tok', %s);
+                SELECT fence_check('%s', 100);
+                INSERT INTO a VALUES ('victim', 'orig', 100);
+            """ % (guard, resource))
+            c.close()
+            before = committed(path, "a")
+            c = connect(path)
+            if when == "after":
+                # the connection admits the guard first: a legitimate write at 100
+                c.execute("UPDATE a SET v = 'orig', tok = 100 WHERE k = 'victim'")
+            c.set_authorizer(ignore_tok)
+            err = attempt(c, "UPDATE a SET v = 'zombie', tok = 1 WHERE k = 'victim'")
+            c.set_authorizer(None)
+            c.close()
+            after = committed(path, "a")
+            ok(err is not None and after == before,
+               "guard (%s), authorizer ignoring the update of tok set %s the first write: "
+               "the stale UPDATE commits nothing" % (guard, when),
+               "error: %r\nbefore: %r\nafter: %r" % (err, before, after))
+
+    # DENY: the statement fails to prepare, as before; another column ignored: writes go on
+    counter[0] += 1
+    path = os.path.join(work, "tokign%d.db" % counter[0])
+    c = connect(path)
+    c.executescript("""
+        CREATE TABLE a(k TEXT PRIMARY KEY, v TEXT, tok INTEGER);
+        SELECT fence_protect('a', 'tok', 'a:', 'k');
+        SELECT fence_check('a:victim', 100);
+        INSERT INTO a VALUES ('victim', 'orig', 100);
+    """)
+    c.set_authorizer(ignore_v)
+    err = script(c, ["BEGIN", "SELECT fence_check('a:victim', 101)",
+                     "UPDATE a SET v = 'new', tok = 101 WHERE k = 'victim'", "COMMIT"], rollback=True)
+    c.set_authorizer(None)
+    c.close()
+    rows, _ = committed(path, "a")
+    ok(err is None and rows == [("victim", "orig", 101)],
+       "an authorizer ignoring the update of another column: the token still checked and written",
+       (err, rows))
+
+
 def main():
     try:
         for part in (victim_lookup, schema_blind, old_shape, previous_shape, skipped_ddl,
                      protect_blind, cover_blind, shape_blind, planted_blind,
                      attached_copy_blind, pragma_skip, stateful_protect,
-                     schema_check_once):
+                     schema_check_once, token_update_ignored):
             try:
                 part()
             except Exception as e:
