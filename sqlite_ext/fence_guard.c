@@ -958,6 +958,102 @@ checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
 }
 
 /*
+ * Does an UPDATE that sets the guard's token column write it? An authorizer
+ * answering SQLITE_IGNORE to SQLITE_UPDATE of that column (a "read-only
+ * column" policy, the same answer every time) makes SQLite drop the
+ * assignment but still fire the guard's BEFORE UPDATE OF trigger, whose
+ * NEW value is then the stored token: the guard would take the row's
+ * token, the highest, for the one the statement presented, and a zombie's
+ * write with a stale token would commit. So the guard asks SQLite to
+ * compile such an UPDATE (EXPLAIN, WHERE 0: nothing runs) and looks for
+ * the assigned value in the program. Setting an authorizer expires every
+ * statement, fence's schema probe with them, which makes the next guard
+ * call admit again. Denied (SQLITE_AUTH) is no harm: such UPDATEs fail to
+ * prepare. Returns 1, or 0 with an error set.
+ */
+#define TOKEN_PROBE_VALUE 1947268305
+static int
+checkTokenUpdateKept(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTriggers *tr,
+					 sqlite3_int64 id, const char *zTable)
+{
+	char	   *zName = sqlite3_mprintf("fence:%lld:update_token", (long long) id);
+	char	   *zColumn = NULL;
+	char	   *zSql = NULL;
+	sqlite3_stmt *stmt = NULL;
+	int			bKept = 0;
+	int			rc = SQLITE_OK;
+	int			t;
+
+	if (zName == NULL)
+		rc = SQLITE_NOMEM;
+	/* the column is the one named after OF in the trigger's header */
+	for (t = 0; rc == SQLITE_OK && t < tr->n && zColumn == NULL; t++)
+	{
+		const char *z = tr->a[t].zSql;
+		const char *zTok;
+		int			nTok;
+		FenceSqlToken k;
+
+		if (strcmp(tr->a[t].zName, zName) != 0)
+			continue;
+		while ((k = fenceSqlNextToken(&z, &zTok, &nTok)) != FENCE_SQL_END &&
+			   !isWord(k, zTok, nTok, "OF"))
+			;
+		if (k != FENCE_SQL_END && fenceSqlNextToken(&z, &zTok, &nTok) != FENCE_SQL_END)
+		{
+			/* written by fence_protect as a "quoted" identifier */
+			zColumn = sqlite3_mprintf("%.*s", nTok, zTok);
+			if (zColumn == NULL)
+				rc = SQLITE_NOMEM;
+		}
+	}
+	sqlite3_free(zName);
+	if (rc == SQLITE_OK && zColumn == NULL)
+		return 1;				/* no token column: nothing to set */
+	if (rc == SQLITE_OK)
+	{
+		zSql = sqlite3_mprintf("EXPLAIN UPDATE main.\"%w\" SET %s = %d WHERE 0", zTable, zColumn,
+							   TOKEN_PROBE_VALUE);
+		rc = zSql ? sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL) : SQLITE_NOMEM;
+	}
+	if (rc == SQLITE_AUTH)
+		bKept = 1;				/* denied: the UPDATE cannot run at all */
+	while (rc == SQLITE_OK && !bKept && sqlite3_step(stmt) == SQLITE_ROW)
+	{
+		const char *zOp = (const char *) sqlite3_column_text(stmt, 1);
+
+		if (zOp != NULL && strcmp(zOp, "Integer") == 0 &&
+			sqlite3_column_int64(stmt, 2) == TOKEN_PROBE_VALUE)
+			bKept = 1;
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_finalize(stmt);
+	else
+		sqlite3_finalize(stmt);
+	sqlite3_free(zSql);
+	if (rc != SQLITE_OK && !bKept)
+	{
+		sqlite3_free(zColumn);
+		refuseSchemaRead(ctx, conn->db, rc, "main", "what an UPDATE of the token column compiles to");
+		return 0;
+	}
+	if (!bKept)
+	{
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: an UPDATE of \"%s\" that sets %s does not "
+							   "write it (an authorizer (sqlite3_set_authorizer) that answers "
+							   "SQLITE_IGNORE to SQLITE_UPDATE of the token column?), so the "
+							   "guard would take the row's stored token for the one the "
+							   "statement presents; let the authorizer allow the update, or "
+							   "answer SQLITE_DENY", zTable, zColumn));
+		sqlite3_free(zColumn);
+		return 0;
+	}
+	sqlite3_free(zColumn);
+	return 1;
+}
+
+/*
  * A table whose per-row key is its INTEGER PRIMARY KEY is checked AFTER
  * INSERT, once SQLite has assigned the key. RAISE(IGNORE) in another AFTER
  * INSERT trigger on it that fires first (a TEMP one, or one made later)
@@ -1174,6 +1270,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		 !checkRewritingTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3))))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
+		ok = 0;
+	if (ok && !checkTokenUpdateKept(ctx, conn, &tr, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
 	sqlite3_free(zNow);
 	fenceUniqueIndexesFree(&ix);
