@@ -809,6 +809,46 @@ def default_replace_attacks():
        "without one: protected, and written", (err, n, werr))
 
 
+def nolock_attacks():
+    """A connection that opens the file with SQLite's locks turned off (the
+    URI parameter nolock=1, or the unix-none VFS) beside connections that
+    lock: SQLite's single writer is gone, and in rollback-journal mode a
+    transaction fenced at 10 committed a row after another connection had
+    committed token 20 (attacker round 18). fence refuses to load on such a
+    connection, so its writes to a protected table cannot even prepare;
+    whatever happens, no row with token 10 commits after 20."""
+    for i, query in enumerate(("nolock=1", "vfs=unix-none")):
+        path = os.path.join(work, "nolock-%d.db" % i)
+        c = connect(path)
+        c.executescript("""
+            CREATE TABLE a(k TEXT PRIMARY KEY, v TEXT, tok INTEGER);
+            SELECT fence_protect('a', 'tok', 'r');
+            SELECT fence_check('r', 10);
+            INSERT INTO a VALUES ('row', 'init', 10);
+        """)
+        c.close()
+        load_err = None
+        try:
+            zombie = connect("file:%s?%s" % (path, query), uri=True)
+        except sqlite3.Error as e:
+            load_err = str(e)
+            zombie = connect("file:%s?%s" % (path, query), load=False, uri=True)
+        holder = connect(path)
+        errs = [attempt(zombie, "BEGIN"), attempt(zombie, "SELECT fence_check('r', 10)")]
+        errs.append(attempt(holder, "UPDATE a SET v = 'new holder', tok = 20 WHERE k = 'row'"))
+        errs.append(attempt(zombie, "INSERT INTO a VALUES ('zombie-row', 'zombie', 10)"))
+        errs.append(attempt(zombie, "COMMIT"))
+        attempt(zombie, "ROLLBACK")
+        zombie.close()
+        holder.close()
+        rows, tokens = committed(path, "a")
+        ok(load_err is not None and "lock" in load_err and
+           ("zombie-row", "zombie", 10) not in rows and dict(tokens).get("r") == 20,
+           "a connection opened with %s: fence does not load, and the stale row does not "
+           "commit after token 20" % query,
+           "load: %r\nerrors: %r\nrows: %r\ntokens: %r" % (load_err, errs, rows, tokens))
+
+
 def rewriting_trigger_attacks():
     """The application's own BEFORE UPDATE trigger writes the row being
     updated (UPDATE a SET q = 'Q' WHERE k = NEW.k): SQLite reads the columns
@@ -1433,7 +1473,8 @@ def main():
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
                      rowid_column_attacks, crafted_lookup_attacks, record_format_attacks,
-                     generated_rowid_attacks, default_replace_attacks, rewriting_trigger_attacks,
+                     generated_rowid_attacks, default_replace_attacks, nolock_attacks,
+                     rewriting_trigger_attacks,
                      collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
                      guards_uniques_attacks):
