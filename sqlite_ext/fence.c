@@ -1761,6 +1761,40 @@ fenceConnAlloc(void)
 }
 
 /*
+ * A connection whose main database takes no file locks: the URI parameter
+ * nolock=1, or the unix-none VFS. SQLite's single writer, which orders a
+ * fenced transaction after every accept it saw and before every later one
+ * (a commit after a newer token fails as BUSY or stale), is then gone
+ * between this connection and the others of the file: in rollback-journal
+ * mode a transaction fenced at 10 committed after another connection had
+ * committed 20. fence does not load on such a connection, so a protected
+ * table's writes fail to prepare there. The error message, or NULL.
+ */
+static char *
+fenceLocksOff(sqlite3 *db)
+{
+	const char *zFile = sqlite3_db_filename(db, "main");
+	char	   *zVfs = NULL;
+	char	   *zMsg = NULL;
+	int			bNoVfsLocks;
+
+	if (sqlite3_file_control(db, "main", SQLITE_FCNTL_VFSNAME, &zVfs) != SQLITE_OK)
+		zVfs = NULL;
+	/* the name of each VFS in a stack, joined by "/": any layer may be unix-none */
+	bNoVfsLocks = zVfs != NULL && (strcmp(zVfs, "unix-none") == 0 ||
+								   strstr(zVfs, "/unix-none") != NULL ||
+								   strncmp(zVfs, "unix-none/", 10) == 0);
+	if ((zFile != NULL && sqlite3_uri_boolean(zFile, "nolock", 0)) || bNoVfsLocks)
+		zMsg = sqlite3_mprintf("fence: this connection opened its database with %s, which turns "
+							   "off SQLite's file locks; fence relies on them to keep a write "
+							   "from committing after a newer token, so it does not load; open "
+							   "the database without it", bNoVfsLocks ? "the unix-none VFS" :
+							   "nolock=1");
+	sqlite3_free(zVfs);
+	return zMsg;
+}
+
+/*
  * Is fence already loaded on db? Loading it again must be harmless (SPEC.md
  * "No way around the fence"): registering the modules again would make
  * SQLite destroy the first FenceConn while the open transaction, its
@@ -1815,6 +1849,8 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	}
 	if (bLoaded)
 		return SQLITE_OK;		/* the first load's state stays in charge */
+	if ((*pzErrMsg = fenceLocksOff(db)) != NULL)
+		return SQLITE_ERROR;
 
 	conn = fenceConnAlloc();
 	if (conn == NULL)
