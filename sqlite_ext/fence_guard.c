@@ -229,6 +229,9 @@ fenceGuardFree(FenceConn *conn)
 	sqlite3_free(conn->aGuard);
 	conn->aGuard = NULL;
 	conn->nGuardAlloc = 0;
+	sqlite3_free(conn->aProbed);
+	conn->aProbed = NULL;
+	conn->nProbed = conn->nProbedAlloc = 0;
 }
 
 /* Databases other than main and temp that this connection has attached. */
@@ -641,27 +644,6 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 							   zTable));
 		return 0;
 	}
-	/* a guard made before fence_protect refused these (fence_schema_read.c) */
-	if (rc == SQLITE_OK)
-	{
-		char	   *zReplaced = NULL;
-		int			bGenerated = 0;
-
-		rc = fenceDefaultReplaced(conn->db, zTable, ix, &zReplaced, &bGenerated);
-		if (rc == SQLITE_OK && zReplaced != NULL)
-		{
-			refuse(ctx, FENCE_RC_INVALID,
-				   sqlite3_mprintf("fence guard refused: column \"%s\" of \"%s\" is NOT NULL "
-								   "with a DEFAULT, and %s: under REPLACE, SQLite writes the "
-								   "DEFAULT in place of a NULL after the guard's checks ran; drop "
-								   "the DEFAULT, or write the NOT NULL as CHECK (\"%s\" IS NOT "
-								   "NULL), then run fence_protect on \"%s\" again", zReplaced,
-								   zTable, bGenerated ? "the table has a generated column" :
-								   "a UNIQUE index holds it", zReplaced, zTable));
-			sqlite3_free(zReplaced);
-			return 0;
-		}
-	}
 	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr->n; t++)
 	{
 		const char *zName = tr->a[t].zName;
@@ -958,6 +940,91 @@ checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
 }
 
 /*
+ * A per-row guard made before fence_protect refused a NULL that becomes a
+ * DEFAULT behind the guard's look-ups (fence_schema_read.c,
+ * fenceDefaultReplaced): refused here too. Returns 1, or 0 with an error set.
+ */
+static int
+checkDefaultsSeen(sqlite3_context *ctx, FenceConn *conn, const FenceUniqueIndexes *ix,
+				  const char *zTable)
+{
+	char	   *zReplaced = NULL;
+	int			bGenerated = 0;
+	int			rc = fenceDefaultReplaced(conn->db, zTable, ix, &zReplaced, &bGenerated);
+
+	if (rc != SQLITE_OK)
+	{
+		refuseSchemaRead(ctx, conn->db, rc, "main", "the columns of the guarded table");
+		return 0;
+	}
+	if (zReplaced != NULL)
+	{
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: column \"%s\" of \"%s\" is NOT NULL with "
+							   "a DEFAULT, and %s: under REPLACE, SQLite writes the DEFAULT in "
+							   "place of a NULL after the guard's checks ran; drop the DEFAULT, "
+							   "or write the NOT NULL as CHECK (\"%s\" IS NOT NULL), then run "
+							   "fence_protect on \"%s\" again", zReplaced, zTable,
+							   bGenerated ? "the table has a generated column" :
+							   "a UNIQUE index holds it", zReplaced, zTable));
+		sqlite3_free(zReplaced);
+		return 0;
+	}
+	return 1;
+}
+
+/*
+ * Did guard id pass checkDefaultsSeen and checkTokenUpdateKept since main's
+ * schema last changed and an authorizer was last set? Only those can change
+ * their answers (an authorizer answering the same for the same question),
+ * and both make SQLite prepare every statement again, the schema probe
+ * among them. With a database attached, a guard is admitted in every
+ * transaction (fenceSchemaCheck), and these two checks compile an UPDATE
+ * of the table: remembered, they run once per schema and authorizer.
+ * SQLITE_OK with *pbProbed set, or an error.
+ */
+static int
+probedSince(FenceConn *conn, sqlite3_int64 id, int *pbProbed)
+{
+	int			rc = stepSchemaProbe(conn);
+	int			n,
+				i;
+
+	*pbProbed = 0;
+	if (rc != SQLITE_OK)
+		return rc;
+	n = sqlite3_stmt_status(conn->pSchemaProbe, SQLITE_STMTSTATUS_REPREPARE, 0);
+	if (conn->pProbedWith != conn->pSchemaProbe || conn->nProbedReprepare != n)
+	{
+		conn->nProbed = 0;
+		conn->pProbedWith = conn->pSchemaProbe;
+		conn->nProbedReprepare = n;
+	}
+	for (i = 0; i < conn->nProbed; i++)
+		if (conn->aProbed[i] == id)
+			*pbProbed = 1;
+	return SQLITE_OK;
+}
+
+/* Remember that guard id passed them (out of memory: it is asked again). */
+static void
+probedRemember(FenceConn *conn, sqlite3_int64 id)
+{
+	if (conn->nProbed == conn->nProbedAlloc)
+	{
+		int			nAlloc = conn->nProbedAlloc * 2 + 8;
+		sqlite3_int64 *a = sqlite3_realloc64(conn->aProbed,
+											 sizeof(sqlite3_int64) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+			return;
+		conn->aProbed = a;
+		conn->nProbedAlloc = nAlloc;
+	}
+	conn->aProbed[conn->nProbed++] = id;
+}
+
+/*
  * Does an UPDATE that sets the guard's token column write it? An authorizer
  * answering SQLITE_IGNORE to SQLITE_UPDATE of that column (a "read-only
  * column" policy, the same answer every time) makes SQLite drop the
@@ -1014,7 +1081,11 @@ checkTokenUpdateKept(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrig
 	{
 		zSql = sqlite3_mprintf("EXPLAIN UPDATE main.\"%w\" SET %s = %d WHERE 0", zTable, zColumn,
 							   TOKEN_PROBE_VALUE);
+		/* fence's own statement: its triggers' reads of fence_join are no guarded statement's */
+		sqlite3_uint64 nJoinPlanned = conn->nJoinPlanned;
+
 		rc = zSql ? sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL) : SQLITE_NOMEM;
+		conn->nJoinPlanned = nJoinPlanned;
 	}
 	if (rc == SQLITE_AUTH)
 		bKept = 1;				/* denied: the UPDATE cannot run at all */
@@ -1271,8 +1342,25 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
-	if (ok && !checkTokenUpdateKept(ctx, conn, &tr, id, (const char *) sqlite3_column_text(stmt, 3)))
-		ok = 0;
+	if (ok)
+	{
+		const char *zTable = (const char *) sqlite3_column_text(stmt, 3);
+		int			bProbed = 0;
+
+		if ((rc = probedSince(conn, id, &bProbed)) != SQLITE_OK)
+		{
+			refuseSchemaRead(ctx, db, rc, "main", "the schema (its probe statement)");
+			ok = 0;
+		}
+		else if (!bProbed)
+		{
+			ok = (!bKeyed || strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0 ||
+				  checkDefaultsSeen(ctx, conn, &ix, zTable)) &&
+				checkTokenUpdateKept(ctx, conn, &tr, id, zTable);
+			if (ok)
+				probedRemember(conn, id);
+		}
+	}
 	sqlite3_free(zNow);
 	fenceUniqueIndexesFree(&ix);
 	fenceGuardTriggersFree(&tr);
