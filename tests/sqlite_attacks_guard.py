@@ -780,6 +780,45 @@ def default_replace_attacks():
        "is refused, a:victim's row stays", "protect: %r\nattack: %r\nbefore: %r\nafter: %r" %
        (err, aerr, before, after))
 
+    # the token column of a guard keyed on the INTEGER PRIMARY KEY, which checks AFTER
+    # INSERT: a NULL token became the DEFAULT 999 and was accepted, moving e:1 to 999
+    # with no token presented (attacker round 19)
+    for j, (what, ddl, edit) in enumerate([
+            ("made by fence_protect now",
+             "CREATE TABLE e(id INTEGER PRIMARY KEY, v TEXT, tok INTEGER NOT NULL DEFAULT 999)",
+             None),
+            ("made before the rule",
+             "CREATE TABLE e(id INTEGER PRIMARY KEY, v TEXT, tok INTEGER)",
+             "tok INTEGER NOT NULL DEFAULT 999")]):
+        path = os.path.join(work, "dflt-tok-%d.db" % j)
+        c = connect(path)
+        c.execute(ddl)
+        err = attempt(c, "SELECT fence_protect('e', 'tok', 'e:', 'id')")
+        if err is not None:
+            n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+            c.close()
+            ok("DEFAULT" in err and n == 0,
+               "a NOT NULL DEFAULT token column of a guard keyed on the INTEGER PRIMARY KEY "
+               "(%s): fence_protect refuses, no guard made" % what, (err, n))
+            continue
+        c.execute("SELECT fence_check('e:0', 1)")
+        if edit:
+            version = c.execute("PRAGMA schema_version").fetchone()[0]
+            c.execute("PRAGMA writable_schema = ON")
+            c.execute("UPDATE sqlite_schema SET sql = replace(sql, 'tok INTEGER', ?) "
+                      "WHERE name = 'e'", (edit,))
+            c.execute("PRAGMA schema_version = %d" % (version + 1))
+            c.execute("PRAGMA writable_schema = OFF")
+        c.close()
+        c = connect(path)
+        aerr = attempt(c, "INSERT OR REPLACE INTO e(v, tok) VALUES ('no token', NULL)")
+        c.close()
+        rows, tokens = committed(path, "e")
+        ok(aerr is not None and rows == [] and tokens == [("e:0", 1)],
+           "a NOT NULL DEFAULT token column of a guard keyed on the INTEGER PRIMARY KEY (%s): "
+           "fence_protect refuses, or a NULL token commits nothing" % what,
+           "protect: %r\nattack: %r\nrows: %r\ntokens: %r" % (err, aerr, rows, tokens))
+
     # an authorizer blinding the DEFAULTs (dflt_value reads NULL, as for no DEFAULT)
     path = os.path.join(work, "dflt-blind.db")
     c = connect(path)
