@@ -940,17 +940,95 @@ checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
 }
 
 /*
+ * The guard's token column, as the header of its update_token trigger names
+ * it ("BEFORE UPDATE OF "tok" ON ..."): as written there (a quoted
+ * identifier, fence_protect's), or bare (the name). NULL in *pz when the
+ * guard has no token column. SQLITE_OK or SQLITE_NOMEM.
+ */
+static int
+guardTokenColumn(const FenceGuardTriggers *tr, sqlite3_int64 id, int bQuoted, char **pz)
+{
+	char	   *zName = sqlite3_mprintf("fence:%lld:update_token", (long long) id);
+	int			t;
+
+	*pz = NULL;
+	if (zName == NULL)
+		return SQLITE_NOMEM;
+	for (t = 0; t < tr->n && *pz == NULL; t++)
+	{
+		const char *z = tr->a[t].zSql;
+		const char *zTok;
+		int			nTok;
+		FenceSqlToken k;
+
+		if (strcmp(tr->a[t].zName, zName) != 0)
+			continue;
+		while ((k = fenceSqlNextToken(&z, &zTok, &nTok)) != FENCE_SQL_END &&
+			   !isWord(k, zTok, nTok, "OF"))
+			;
+		if (k == FENCE_SQL_END || (k = fenceSqlNextToken(&z, &zTok, &nTok)) == FENCE_SQL_END)
+			continue;
+		if (bQuoted || k != FENCE_SQL_QUOTED || nTok < 2)
+			*pz = sqlite3_mprintf("%.*s", nTok, zTok);
+		else
+		{
+			/* "..." with "" for each " inside */
+			char	   *zOut = sqlite3_malloc(nTok);
+			int			i,
+						j = 0;
+
+			for (i = 1; zOut != NULL && i < nTok - 1; i++)
+			{
+				zOut[j++] = zTok[i];
+				if (zTok[i] == zTok[0] && i + 1 < nTok - 1 && zTok[i + 1] == zTok[0])
+					i++;
+			}
+			if (zOut != NULL)
+				zOut[j] = '\0';
+			*pz = zOut;
+		}
+		if (*pz == NULL)
+		{
+			sqlite3_free(zName);
+			return SQLITE_NOMEM;
+		}
+	}
+	sqlite3_free(zName);
+	return SQLITE_OK;
+}
+
+/* Does the guard check rows AFTER INSERT (its key is the INTEGER PRIMARY KEY)? */
+static int
+guardChecksAfterInsert(const FenceGuardTriggers *tr, sqlite3_int64 id)
+{
+	char		zName[64];
+	int			t;
+
+	sqlite3_snprintf(sizeof(zName), zName, "fence:%lld:insert_after", (long long) id);
+	for (t = 0; t < tr->n; t++)
+		if (strcmp(tr->a[t].zName, zName) == 0)
+			return 1;
+	return 0;
+}
+
+/*
  * A per-row guard made before fence_protect refused a NULL that becomes a
  * DEFAULT behind the guard's look-ups (fence_schema_read.c,
  * fenceDefaultReplaced): refused here too. Returns 1, or 0 with an error set.
  */
 static int
-checkDefaultsSeen(sqlite3_context *ctx, FenceConn *conn, const FenceUniqueIndexes *ix,
-				  const char *zTable)
+checkDefaultsSeen(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTriggers *tr,
+				  sqlite3_int64 id, const FenceUniqueIndexes *ix, const char *zTable)
 {
 	char	   *zReplaced = NULL;
-	int			bGenerated = 0;
-	int			rc = fenceDefaultReplaced(conn->db, zTable, ix, &zReplaced, &bGenerated);
+	char	   *zToken = NULL;
+	int			why = FENCE_DEFAULT_UNIQUE;
+	int			rc = guardChecksAfterInsert(tr, id) ? guardTokenColumn(tr, id, 0, &zToken) :
+		SQLITE_OK;
+
+	if (rc == SQLITE_OK)
+		rc = fenceDefaultReplaced(conn->db, zTable, ix, zToken, &zReplaced, &why);
+	sqlite3_free(zToken);
 
 	if (rc != SQLITE_OK)
 	{
@@ -965,8 +1043,11 @@ checkDefaultsSeen(sqlite3_context *ctx, FenceConn *conn, const FenceUniqueIndexe
 							   "place of a NULL after the guard's checks ran; drop the DEFAULT, "
 							   "or write the NOT NULL as CHECK (\"%s\" IS NOT NULL), then run "
 							   "fence_protect on \"%s\" again", zReplaced, zTable,
-							   bGenerated ? "the table has a generated column" :
-							   "a UNIQUE index holds it", zReplaced, zTable));
+							   why == FENCE_DEFAULT_AFTER ? "it is the token column of a guard "
+							   "that checks rows after INSERT (a NULL token is checked as the "
+							   "DEFAULT)" : why == FENCE_DEFAULT_GENERATED ?
+							   "the table has a generated column" : "a UNIQUE index holds it",
+							   zReplaced, zTable));
 		sqlite3_free(zReplaced);
 		return 0;
 	}
@@ -1043,38 +1124,12 @@ static int
 checkTokenUpdateKept(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTriggers *tr,
 					 sqlite3_int64 id, const char *zTable)
 {
-	char	   *zName = sqlite3_mprintf("fence:%lld:update_token", (long long) id);
 	char	   *zColumn = NULL;
 	char	   *zSql = NULL;
 	sqlite3_stmt *stmt = NULL;
 	int			bKept = 0;
-	int			rc = SQLITE_OK;
-	int			t;
+	int			rc = guardTokenColumn(tr, id, 1, &zColumn);
 
-	if (zName == NULL)
-		rc = SQLITE_NOMEM;
-	/* the column is the one named after OF in the trigger's header */
-	for (t = 0; rc == SQLITE_OK && t < tr->n && zColumn == NULL; t++)
-	{
-		const char *z = tr->a[t].zSql;
-		const char *zTok;
-		int			nTok;
-		FenceSqlToken k;
-
-		if (strcmp(tr->a[t].zName, zName) != 0)
-			continue;
-		while ((k = fenceSqlNextToken(&z, &zTok, &nTok)) != FENCE_SQL_END &&
-			   !isWord(k, zTok, nTok, "OF"))
-			;
-		if (k != FENCE_SQL_END && fenceSqlNextToken(&z, &zTok, &nTok) != FENCE_SQL_END)
-		{
-			/* written by fence_protect as a "quoted" identifier */
-			zColumn = sqlite3_mprintf("%.*s", nTok, zTok);
-			if (zColumn == NULL)
-				rc = SQLITE_NOMEM;
-		}
-	}
-	sqlite3_free(zName);
 	if (rc == SQLITE_OK && zColumn == NULL)
 		return 1;				/* no token column: nothing to set */
 	if (rc == SQLITE_OK)
@@ -1355,7 +1410,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		else if (!bProbed)
 		{
 			ok = (!bKeyed || strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0 ||
-				  checkDefaultsSeen(ctx, conn, &ix, zTable)) &&
+				  checkDefaultsSeen(ctx, conn, &tr, id, &ix, zTable)) &&
 				checkTokenUpdateKept(ctx, conn, &tr, id, zTable);
 			if (ok)
 				probedRemember(conn, id);

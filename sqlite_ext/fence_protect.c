@@ -1158,16 +1158,23 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 			goto done;
 		}
 	}
+	if ((spec.zTokenColumn && !lookupColumn(ctx, zCanonical, spec.zTokenColumn, NULL)) ||
+		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)) ||
+		!checkColumnTypes(ctx, &spec) ||
+		(spec.zKeyColumn && !conflictTerms(ctx, &spec, isWithoutRowid(db, zCanonical))))
+		goto done;
 	/* nor a NULL SQLite replaces by a DEFAULT after its look-ups ran */
 	if (spec.zKeyColumn)
 	{
 		FenceUniqueIndexes ix = {0, NULL};
 		char	   *zReplaced = NULL;
-		int			bGenerated = 0;
+		int			why = FENCE_DEFAULT_UNIQUE;
 		int			rc = fenceUniqueIndexesRead(db, zCanonical, &ix);
 
 		if (rc == SQLITE_OK)
-			rc = fenceDefaultReplaced(db, zCanonical, &ix, &zReplaced, &bGenerated);
+			rc = fenceDefaultReplaced(db, zCanonical, &ix,
+									  spec.bKeyIsRowid ? spec.zTokenColumn : NULL,
+									  &zReplaced, &why);
 		fenceUniqueIndexesFree(&ix);
 		if (rc != SQLITE_OK || zReplaced != NULL)
 		{
@@ -1179,11 +1186,14 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 										"per-row guard would check the wrong %s; drop the DEFAULT, "
 										"or write the NOT NULL as CHECK (\"%s\" IS NOT NULL); the "
 										"table is left unguarded", zReplaced, zCanonical,
-										bGenerated ? "the table has a generated column (which "
-										"fence cannot follow to its inputs)" :
-										"a UNIQUE index holds it",
-										bGenerated ? "resource or rows" : "rows for a REPLACE",
-										zReplaced) :
+										why == FENCE_DEFAULT_AFTER ? "it is the token column, "
+										"which a guard keyed on the INTEGER PRIMARY KEY checks "
+										"after the INSERT" : why == FENCE_DEFAULT_GENERATED ?
+										"the table has a generated column (which fence cannot "
+										"follow to its inputs)" : "a UNIQUE index holds it",
+										why == FENCE_DEFAULT_AFTER ? "token" :
+										why == FENCE_DEFAULT_GENERATED ? "resource or rows" :
+										"rows for a REPLACE", zReplaced) :
 						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\" "
 										"(an authorizer?); the table is left unguarded",
 										zCanonical));
@@ -1191,11 +1201,6 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 			goto done;
 		}
 	}
-	if ((spec.zTokenColumn && !lookupColumn(ctx, zCanonical, spec.zTokenColumn, NULL)) ||
-		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)) ||
-		!checkColumnTypes(ctx, &spec) ||
-		(spec.zKeyColumn && !conflictTerms(ctx, &spec, isWithoutRowid(db, zCanonical))))
-		goto done;
 
 	/* a random id: a copy of this file attached beside it is told apart */
 	sqlite3_randomness(sizeof(spec.id), &spec.id);

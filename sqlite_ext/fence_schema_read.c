@@ -698,11 +698,19 @@ isColumnOf(const DefaultColumns *t, const char *zName, int *pbReplaced, int *pbG
  * REPLACE look-up "c.q = NEW.q" compared a NULL and found no row, while the
  * row written with the DEFAULT replaced another resource's row; and a
  * generated key or UNIQUE column computed from such a column was checked
- * on the NULL and written on the DEFAULT. So: a column of a UNIQUE index
- * that is NOT NULL with a DEFAULT, in *pzColumn (sqlite3_free it); or, when
- * the table has a generated column (which this cannot follow to its
- * inputs), any NOT NULL column with a DEFAULT, and *pbGenerated 1. NULL
- * when there is none. The key is not told apart: admission, which must
+ * on the NULL and written on the DEFAULT. So, in *pzColumn (sqlite3_free
+ * it), with *pWhy:
+ *   FENCE_DEFAULT_UNIQUE     a column of a UNIQUE index, NOT NULL with a
+ *                            DEFAULT;
+ *   FENCE_DEFAULT_GENERATED  when the table has a generated column (which
+ *                            this cannot follow to its inputs), any NOT NULL
+ *                            column with a DEFAULT;
+ *   FENCE_DEFAULT_AFTER      zAfterColumn, the token column of a guard that
+ *                            checks rows AFTER INSERT (its key is the
+ *                            INTEGER PRIMARY KEY), NOT NULL with a DEFAULT:
+ *                            a NULL token was checked as the DEFAULT, a
+ *                            token nobody presented (attacker round 19).
+ * NULL when there is none. The key is not told apart: admission, which must
  * decide as fence_protect did, does not know which column it is (and the
  * guard refuses a NULL key anyway).
  *
@@ -713,7 +721,7 @@ isColumnOf(const DefaultColumns *t, const char *zName, int *pbReplaced, int *pbG
  */
 int
 fenceDefaultReplaced(sqlite3 *db, const char *zTable, const FenceUniqueIndexes *ix,
-					 char **pzColumn, int *pbGenerated)
+					 const char *zAfterColumn, char **pzColumn, int *pWhy)
 {
 	DefaultColumns t = {0, 0, 0, NULL};
 	FenceGuardTriggers objects = {0, NULL, NULL, NULL, 0};
@@ -725,7 +733,7 @@ fenceDefaultReplaced(sqlite3 *db, const char *zTable, const FenceUniqueIndexes *
 				j;
 
 	*pzColumn = NULL;
-	*pbGenerated = 0;
+	*pWhy = FENCE_DEFAULT_UNIQUE;
 	rc = readWhole(db, "SELECT name, \"notnull\", dflt_value, hidden FROM pragma_table_xinfo(?1, 'main')",
 				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
 				   defaultColumnRow, &t);
@@ -743,13 +751,21 @@ fenceDefaultReplaced(sqlite3 *db, const char *zTable, const FenceUniqueIndexes *
 			if (zCol != NULL && isColumnOf(&t, zCol, &bReplaced, &bGenerated) && bReplaced)
 				zFound = zCol;
 		}
+	/* read AFTER the row is written, with its DEFAULT in place of the NULL */
+	if (rc == SQLITE_OK && zFound == NULL && zAfterColumn != NULL &&
+		isColumnOf(&t, zAfterColumn, &bReplaced, &bGenerated) && bReplaced)
+	{
+		zFound = zAfterColumn;
+		*pWhy = FENCE_DEFAULT_AFTER;
+	}
+	bGenerated = 0;
 	for (i = 0; rc == SQLITE_OK && zFound == NULL && i < t.nCol; i++)
 		bGenerated |= t.a[i].bGenerated;
 	for (i = 0; rc == SQLITE_OK && zFound == NULL && bGenerated && i < t.nCol; i++)
 		if (t.a[i].bReplaced)
 		{
 			zFound = t.a[i].zName;
-			*pbGenerated = 1;
+			*pWhy = FENCE_DEFAULT_GENERATED;
 		}
 	if (zFound != NULL && (*pzColumn = sqlite3_mprintf("%s", zFound)) == NULL)
 		rc = SQLITE_NOMEM;

@@ -457,8 +457,11 @@ void		fenceGuardTriggersFree(FenceGuardTriggers *p);
 int			fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id,
 								 int *pbRecorded);
 int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
+#define FENCE_DEFAULT_UNIQUE 0		/* fenceDefaultReplaced: why the column was found */
+#define FENCE_DEFAULT_GENERATED 1
+#define FENCE_DEFAULT_AFTER 2
 int			fenceDefaultReplaced(sqlite3 *db, const char *zTable, const FenceUniqueIndexes *ix,
-								 char **pzColumn, int *pbGenerated);
+								 const char *zAfterColumn, char **pzColumn, int *pWhy);
 
 /* A token of SQL text: a bare word, a quoted name or literal, or one character. */
 typedef enum FenceSqlToken
