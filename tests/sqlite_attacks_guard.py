@@ -848,6 +848,58 @@ def default_replace_attacks():
        "without one: protected, and written", (err, n, werr))
 
 
+def partial_unique_attacks():
+    """A partial UNIQUE index (CREATE UNIQUE INDEX ux ON t(u) WHERE f = 'on'):
+    the guard's UPDATE look-up runs when an indexed column changes, and an
+    UPDATE OR REPLACE that changes only f moved the row into the index,
+    where SQLite found t:victim's row and deleted it (attacker round 19).
+    fence_protect refuses a per-row guard on such a table, and admission
+    refuses one made before (here: the index's SQL given its WHERE after
+    fence_protect, as an older fence would have left it)."""
+    for j, edit in enumerate((False, True)):
+        path = os.path.join(work, "partial-%d.db" % j)
+        c = connect(path)
+        c.execute("CREATE TABLE t(k TEXT PRIMARY KEY, u TEXT, f TEXT, v TEXT, tok INTEGER)")
+        c.execute("CREATE UNIQUE INDEX ux ON t(u)%s" % ("" if edit else " WHERE f = 'on'"))
+        err = attempt(c, "SELECT fence_protect('t', 'tok', 't:', 'k')")
+        if err is not None:
+            n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
+            c.close()
+            ok("partial" in err and n == 0,
+               "a partial UNIQUE index: fence_protect refuses, no guard made", (err, n))
+            continue
+        # the attacker's row is out of the partial index (f = 'off'), so both hold u =
+        # 'shared'; the victim's INSERT looks it up and accepts t:attacker at 50, and the
+        # victim's holder then moves to 100 without a look-up (u unchanged)
+        c.executescript("""
+            SELECT fence_check('t:attacker', 5);
+            INSERT INTO t VALUES ('attacker', '%s', 'off', 'attacker row', 5);
+            SELECT fence_check('t:victim', 50);
+            INSERT INTO t VALUES ('victim', 'shared', 'on', 'victim row', 50);
+            UPDATE t SET v = 'victim row, holder 100', tok = 100 WHERE k = 'victim';
+        """ % ("other" if edit else "shared"))
+        if edit:
+            version = c.execute("PRAGMA schema_version").fetchone()[0]
+            c.execute("PRAGMA writable_schema = ON")
+            c.execute("UPDATE sqlite_schema SET sql = sql || ? WHERE name = 'ux'",
+                      (" WHERE f = 'on'",))
+            c.execute("PRAGMA schema_version = %d" % (version + 1))
+            c.execute("PRAGMA writable_schema = OFF")
+        c.close()
+        before = committed(path, "t")
+        c = connect(path)
+        aerr = script(c, ["BEGIN", "SELECT fence_check('t:attacker', 50)",
+                          "UPDATE OR REPLACE t SET f = 'on', tok = 50 WHERE k = 'attacker'",
+                          "COMMIT"], rollback=True)
+        c.close()
+        after = committed(path, "t")
+        ok(aerr is not None and after == before and (not edit or "partial" in aerr),
+           "a partial UNIQUE index (%s): an UPDATE OR REPLACE moving a row into it commits "
+           "nothing" % ("given its WHERE after fence_protect: every write refused" if edit
+                        else "at fence_protect"),
+           "protect: %r\nattack: %r\nbefore: %r\nafter: %r" % (err, aerr, before, after))
+
+
 def nolock_attacks():
     """A connection that opens the file with SQLite's locks turned off (the
     URI parameter nolock=1, or the unix-none VFS) beside connections that
@@ -1512,7 +1564,8 @@ def main():
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
                      rowid_column_attacks, crafted_lookup_attacks, record_format_attacks,
-                     generated_rowid_attacks, default_replace_attacks, nolock_attacks,
+                     generated_rowid_attacks, default_replace_attacks, partial_unique_attacks,
+                     nolock_attacks,
                      rewriting_trigger_attacks,
                      collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
