@@ -644,6 +644,19 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 							   zTable));
 		return 0;
 	}
+	/* fence_protect refuses these; a guard made before did not */
+	for (i = 0; rc == SQLITE_OK && i < ix->n; i++)
+		if (ix->a[i].bPartial)
+		{
+			refuse(ctx, FENCE_RC_INVALID,
+				   sqlite3_mprintf("fence guard refused: UNIQUE index \"%s\" of \"%s\" is "
+								   "partial (WHERE): an UPDATE of a column of its WHERE clause "
+								   "alone moves a row into it, past the guard's look-ups, and a "
+								   "REPLACE through it would delete another resource's row; make "
+								   "the index whole, or protect the table with one resource",
+								   ix->a[i].zName, zTable));
+			return 0;
+		}
 	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr->n; t++)
 	{
 		const char *zName = tr->a[t].zName;
@@ -672,6 +685,7 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 			const FenceUniqueIndex *x = &ix->a[i];
 			char	   *zTerm = NULL;
 			char	   *zKeyCall = NULL;
+
 
 			for (j = 0; j < x->nCol; j++)
 			{

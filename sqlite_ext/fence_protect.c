@@ -564,6 +564,20 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 			bReported = 1;
 			break;
 		}
+		if (x->bPartial)
+		{
+			resultError(ctx, SQLITE_ERROR,
+						sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" of \"%s\" is partial "
+										"(WHERE): an UPDATE of a column of its WHERE clause alone "
+										"moves a row into it, and a REPLACE through it would delete "
+										"rows the guard's look-ups do not see change, so a per-row "
+										"guard refuses such a table; make the index whole, or "
+										"protect the table with one resource; the table is left "
+										"unguarded", x->zName, spec->zTable));
+			rc = SQLITE_ERROR;
+			bReported = 1;
+			break;
+		}
 		if (x->nCol == 1 && sqlite3_stricmp(x->aCol[0].zName, spec->zKeyColumn) == 0 &&
 			sqlite3_stricmp(x->aCol[0].zColl, "BINARY") == 0)
 			continue;

@@ -115,7 +115,7 @@ typedef struct IndexListRead
 	int			nListed;		/* every index listed, UNIQUE or not */
 } IndexListRead;
 
-/* pragma_index_list: name, unique; keeps the UNIQUE ones */
+/* pragma_index_list: name, unique, partial; keeps the UNIQUE ones */
 static int
 indexListRow(void *pArg, sqlite3_stmt *stmt)
 {
@@ -125,7 +125,8 @@ indexListRow(void *pArg, sqlite3_stmt *stmt)
 
 	r->nListed++;
 	if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
-		sqlite3_column_type(stmt, 1) != SQLITE_INTEGER)
+		sqlite3_column_type(stmt, 1) != SQLITE_INTEGER ||
+		sqlite3_column_type(stmt, 2) != SQLITE_INTEGER)
 		return FENCE_RC_INVALID;
 	if (!sqlite3_column_int(stmt, 1))
 		return SQLITE_OK;
@@ -136,6 +137,7 @@ indexListRow(void *pArg, sqlite3_stmt *stmt)
 	memset(&a[p->n], 0, sizeof(*a));
 	if ((a[p->n].zName = dupText(stmt, 0)) == NULL)
 		return SQLITE_NOMEM;
+	a[p->n].bPartial = sqlite3_column_int(stmt, 2) != 0;
 	p->n++;
 	return SQLITE_OK;
 }
@@ -266,7 +268,7 @@ fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p)
 
 	p->a = NULL;
 	p->n = 0;
-	rc = readWhole(db, "SELECT name, \"unique\" FROM pragma_index_list(?1, 'main')",
+	rc = readWhole(db, "SELECT name, \"unique\", partial FROM pragma_index_list(?1, 'main')",
 				   "SELECT count(*) FROM pragma_index_list(?1, 'main')", zTable,
 				   indexListRow, &list);
 	if (rc == SQLITE_OK)

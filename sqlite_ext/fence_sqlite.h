@@ -421,6 +421,7 @@ typedef struct FenceIndexColumn
 typedef struct FenceUniqueIndex
 {
 	char	   *zName;
+	int			bPartial;		/* CREATE UNIQUE INDEX ... WHERE */
 	int			nCol;			/* its key columns, in index order */
 	FenceIndexColumn *aCol;
 } FenceUniqueIndex;
