@@ -25,9 +25,11 @@ triggers writing protected tables, and INSTEAD OF triggers on views.
 Usage: /usr/bin/python3 tests/sqlite_attacks_guard.py
 Prints "ok - ..." / "not ok - ..." per assertion; exits 1 on a failure.
 """
+import json
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 
@@ -940,6 +942,70 @@ def nolock_attacks():
            "load: %r\nerrors: %r\nrows: %r\ntokens: %r" % (load_err, errs, rows, tokens))
 
 
+LINE_CHILD = r"""
+import json, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=2)
+try:
+    c.enable_load_extension(True)
+    c.load_extension(sys.argv[2])
+    print(json.dumps(None), flush=True)
+except sqlite3.Error as e:
+    print(json.dumps(str(e)), flush=True)
+for line in sys.stdin:
+    try:
+        print(json.dumps(c.execute(line.strip()).fetchall()), flush=True)
+    except sqlite3.Error as e:
+        print(json.dumps("ERR " + str(e)), flush=True)
+"""
+
+
+def hard_link_attacks():
+    """One database file under two names (a hard link): SQLite names the WAL
+    and its index after the path, so in WAL mode each name had its own, no
+    common writer lock and no common snapshot, and a zombie process through
+    one name committed a write at token 10 after the holder's process had
+    committed 20 through the other (attacker round 19). fence does not load
+    on a file with more than one link, under either name, so neither can
+    write the protected table; nothing stale commits."""
+    path = os.path.join(work, "linked.db")
+    link = os.path.join(work, "linked-2.db")
+    c = connect(path)
+    c.executescript("""
+        PRAGMA journal_mode = WAL;
+        CREATE TABLE t(k TEXT PRIMARY KEY, v TEXT, tok INTEGER);
+        SELECT fence_protect('t', 'tok', 'lock');
+        SELECT fence_check('lock', 10);
+        INSERT INTO t VALUES ('a', 'first', 10);
+    """)
+    c.close()
+    os.link(path, link)
+    procs = [subprocess.Popen([sys.executable, "-c", LINE_CHILD, name, lib.EXTENSION],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for name in (link, path)]
+
+    def run(proc, sql):
+        proc.stdin.write(sql + "\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    loads = [json.loads(proc.stdout.readline()) for proc in procs]
+    zombie, holder = procs
+    steps = [run(zombie, "SELECT * FROM t"),
+             run(holder, "UPDATE t SET v = 'holder 20', tok = 20 WHERE k = 'a'"),
+             run(zombie, "BEGIN"), run(zombie, "SELECT fence_check('lock', 10)"),
+             run(zombie, "UPDATE t SET v = 'zombie', tok = 10 WHERE k = 'a'"),
+             run(zombie, "COMMIT"), run(holder, "PRAGMA wal_checkpoint(TRUNCATE)")]
+    for proc in (holder, zombie):   # the zombie's close checkpoints its own WAL last
+        proc.stdin.close()
+        proc.wait()
+    os.remove(link)
+    rows, tokens = committed(path, "t")
+    ok(all(e is not None and "link" in e for e in loads) and ("a", "zombie", 10) not in rows,
+       "a file with two names (a hard link), two processes: fence loads under neither, and the "
+       "zombie's write at 10 does not commit after 20", "load: %r\nsteps: %r\nrows: %r\n"
+       "tokens: %r" % (loads, steps, rows, tokens))
+
+
 def rewriting_trigger_attacks():
     """The application's own BEFORE UPDATE trigger writes the row being
     updated (UPDATE a SET q = 'Q' WHERE k = NEW.k): SQLite reads the columns
@@ -1565,7 +1631,7 @@ def main():
                      rename_attacks, unique_inside_attacks, column_rename_attacks,
                      rowid_column_attacks, crafted_lookup_attacks, record_format_attacks,
                      generated_rowid_attacks, default_replace_attacks, partial_unique_attacks,
-                     nolock_attacks,
+                     nolock_attacks, hard_link_attacks,
                      rewriting_trigger_attacks,
                      collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
                      shape_attacks, review2_attacks, guards_row_attacks,
