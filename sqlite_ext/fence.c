@@ -63,6 +63,9 @@
 #include "fence_sqlite.h"
 
 #include <string.h>
+#ifndef _WIN32
+#include <sys/stat.h>
+#endif
 
 SQLITE_EXTENSION_INIT1
 
@@ -1761,8 +1764,11 @@ fenceConnAlloc(void)
 }
 
 /*
- * A connection whose main database takes no file locks: the URI parameter
- * nolock=1, or the unix-none VFS. SQLite's single writer, which orders a
+ * A connection whose main database takes no file locks, or not the locks
+ * every other connection to the file takes: the URI parameter nolock=1, the
+ * unix-none VFS, or a file with more than one name (a hard link: SQLite
+ * names the WAL and its lock index after the path, so in WAL mode each name
+ * has its own; refused in every mode, since the mode can change). SQLite's single writer, which orders a
  * fenced transaction after every accept it saw and before every later one
  * (a commit after a newer token fails as BUSY or stale), is then gone
  * between this connection and the others of the file: in rollback-journal
@@ -1790,6 +1796,19 @@ fenceLocksOff(sqlite3 *db)
 							   "from committing after a newer token, so it does not load; open "
 							   "the database without it", bNoVfsLocks ? "the unix-none VFS" :
 							   "nolock=1");
+#ifndef _WIN32
+	else if (zFile != NULL && zFile[0] != '\0')
+	{
+		struct stat st;
+
+		if (stat(zFile, &st) == 0 && st.st_nlink > 1)
+			zMsg = sqlite3_mprintf("fence: the database file \"%s\" has %lu names (hard links); "
+								   "SQLite keeps a WAL and its lock index per name, so "
+								   "connections through two names do not exclude each other, "
+								   "and fence does not load; remove the other links", zFile,
+								   (unsigned long) st.st_nlink);
+	}
+#endif
 	sqlite3_free(zVfs);
 	return zMsg;
 }
