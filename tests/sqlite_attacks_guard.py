@@ -657,6 +657,16 @@ def generated_rowid_attacks():
        "is looked up (a:y's row stays)", "error: %r\nrows: %r" % (err, rows))
 
 
+def attack_outcome(path, table, attack):
+    """Run the attack's statements on a new connection (ROLLBACK after the first
+    error): its error, and the table and fence_tokens before and after."""
+    before = committed(path, table)
+    c = connect(path)
+    err = script(c, attack, rollback=True)
+    c.close()
+    return err, before, committed(path, table)
+
+
 def default_replace_attacks():
     """A NULL put into a NOT NULL column with a DEFAULT, under REPLACE (the
     statement's OR REPLACE, the column's ON CONFLICT REPLACE, or a WITHOUT
@@ -718,11 +728,7 @@ def default_replace_attacks():
         c.execute("SELECT fence_check('a:victim', 100)")
         c.execute(victim)
         c.close()
-        before = committed(path, "a")
-        c = connect(path)
-        aerr = script(c, attack, rollback=True)
-        c.close()
-        after = committed(path, "a")
+        aerr, before, after = attack_outcome(path, "a", attack)
         ok(aerr is not None and after == before,
            "%s: fence_protect refuses the table, or the REPLACE commits nothing" % what,
            "protect: %r\nattack: %r\nbefore: %r\nafter: %r" % (err, aerr, before, after))
@@ -747,11 +753,7 @@ def default_replace_attacks():
         c.execute("SELECT fence_check('a:mine', 1)")
         c.execute("INSERT INTO a(id, q, tok) VALUES (3, 'mine', 1)")
         c.close()
-        before = committed(path, "a")
-        c = connect(path)
-        aerr = script(c, attack, rollback=True)
-        c.close()
-        after = committed(path, "a")
+        aerr, before, after = attack_outcome(path, "a", attack)
         ok(aerr is not None and after == before,
            "a key generated from a NOT NULL DEFAULT column, %s: fence_protect refuses the "
            "table, or nothing commits under a:vic" % what,
@@ -888,13 +890,10 @@ def partial_unique_attacks():
             c.execute("PRAGMA schema_version = %d" % (version + 1))
             c.execute("PRAGMA writable_schema = OFF")
         c.close()
-        before = committed(path, "t")
-        c = connect(path)
-        aerr = script(c, ["BEGIN", "SELECT fence_check('t:attacker', 50)",
-                          "UPDATE OR REPLACE t SET f = 'on', tok = 50 WHERE k = 'attacker'",
-                          "COMMIT"], rollback=True)
-        c.close()
-        after = committed(path, "t")
+        aerr, before, after = attack_outcome(
+            path, "t", ["BEGIN", "SELECT fence_check('t:attacker', 50)",
+                        "UPDATE OR REPLACE t SET f = 'on', tok = 50 WHERE k = 'attacker'",
+                        "COMMIT"])
         ok(aerr is not None and after == before and (not edit or "partial" in aerr),
            "a partial UNIQUE index (%s): an UPDATE OR REPLACE moving a row into it commits "
            "nothing" % ("given its WHERE after fence_protect: every write refused" if edit
