@@ -457,25 +457,118 @@ fenceSqlNextToken(const char **pz, const char **pzTok, int *pnTok)
  * A table's columns.
  * ------------------------------------------------------------------ */
 
-typedef struct RowidColumnScan
+/* A table's columns, as pragma_table_xinfo gives them. */
+typedef struct TableColumns
 {
 	int			nCol;
-	int			bHas;
-} RowidColumnScan;
+	int			nAlloc;
+	struct
+	{
+		char	   *zName;
+		int			bGenerated;	/* VIRTUAL or STORED */
+		int			bReplaced;	/* NOT NULL with a DEFAULT */
+	}		   *a;
+	int			nIntegerPk;		/* columns declared INTEGER in the primary key */
+	int			nPk;			/* columns in the primary key */
+	int			nDefault;		/* columns with a DEFAULT */
+} TableColumns;
 
-/* pragma_table_xinfo: name */
+/* pragma_table_xinfo: name, type, pk, hidden, "notnull", dflt_value */
 static int
-rowidColumnRow(void *pArg, sqlite3_stmt *stmt)
+tableColumnRow(void *pArg, sqlite3_stmt *stmt)
 {
-	RowidColumnScan *scan = pArg;
-	const char *zName = (const char *) sqlite3_column_text(stmt, 0);
+	TableColumns *t = pArg;
+	int			hidden = sqlite3_column_int(stmt, 3);
+	int			bDefault = sqlite3_column_type(stmt, 5) != SQLITE_NULL;
 
-	if (zName == NULL)
+	/*
+	 * every column has a name, a type (maybe ''), a pk, a hidden flag and a
+	 * NOT NULL flag; its DEFAULT may be NULL (counted in fenceDefaultReplaced)
+	 */
+	if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
+		sqlite3_column_type(stmt, 1) != SQLITE_TEXT ||
+		sqlite3_column_type(stmt, 2) != SQLITE_INTEGER ||
+		sqlite3_column_type(stmt, 3) != SQLITE_INTEGER ||
+		sqlite3_column_type(stmt, 4) != SQLITE_INTEGER)
 		return FENCE_RC_INVALID;
-	scan->nCol++;
-	if (sqlite3_stricmp(zName, "rowid") == 0)
-		scan->bHas = 1;
+	if (sqlite3_column_int(stmt, 2) > 0)
+	{
+		t->nPk++;
+		if (sqlite3_stricmp((const char *) sqlite3_column_text(stmt, 1), "INTEGER") == 0)
+			t->nIntegerPk++;
+	}
+	if (t->nCol == t->nAlloc)
+	{
+		int			nAlloc = t->nAlloc * 2 + 8;
+		void	   *a = sqlite3_realloc64(t->a, sizeof(t->a[0]) * (sqlite3_uint64) nAlloc);
+
+		if (a == NULL)
+			return SQLITE_NOMEM;
+		t->a = a;
+		t->nAlloc = nAlloc;
+	}
+	if ((t->a[t->nCol].zName = dupText(stmt, 0)) == NULL)
+		return SQLITE_NOMEM;
+	/* hidden 2: a VIRTUAL generated column, 3: a STORED one */
+	t->a[t->nCol].bGenerated = hidden == 2 || hidden == 3;
+	t->a[t->nCol].bReplaced = sqlite3_column_int(stmt, 4) != 0 && bDefault;
+	t->nDefault += bDefault;
+	t->nCol++;
 	return SQLITE_OK;
+}
+
+/* main.zTable's columns into *t (tableColumnsFree it whatever the result). */
+static int
+tableColumnsRead(sqlite3 *db, const char *zTable, TableColumns *t)
+{
+	int			rc;
+
+	memset(t, 0, sizeof(*t));
+	rc = readWhole(db, "SELECT name, type, pk, hidden, \"notnull\", dflt_value "
+				   "FROM pragma_table_xinfo(?1, 'main')",
+				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
+				   tableColumnRow, t);
+	if (rc == SQLITE_OK && t->nCol == 0)
+		rc = FENCE_RC_INVALID;	/* every table has a column: the pragma was skipped */
+	return rc;
+}
+
+static void
+tableColumnsFree(TableColumns *t)
+{
+	int			i;
+
+	for (i = 0; i < t->nCol; i++)
+		sqlite3_free(t->a[i].zName);
+	sqlite3_free(t->a);
+}
+
+/* The column named zName (any case), or -1. */
+static int
+tableColumnIndex(const TableColumns *t, const char *zName)
+{
+	int			i;
+
+	for (i = 0; i < t->nCol; i++)
+		if (sqlite3_stricmp(t->a[i].zName, zName) == 0)
+			return i;
+	return -1;
+}
+
+static int
+isGenerated(const TableColumns *t, const char *zName)
+{
+	int			i = tableColumnIndex(t, zName);
+
+	return i >= 0 && t->a[i].bGenerated;
+}
+
+static int
+isReplaced(const TableColumns *t, const char *zName)
+{
+	int			i = tableColumnIndex(t, zName);
+
+	return i >= 0 && t->a[i].bReplaced;
 }
 
 /*
@@ -489,74 +582,12 @@ rowidColumnRow(void *pArg, sqlite3_stmt *stmt)
 int
 fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas)
 {
-	int			rc;
-	RowidColumnScan scan = {0, 0};
+	TableColumns t;
+	int			rc = tableColumnsRead(db, zTable, &t);
 
-	rc = readWhole(db, "SELECT name FROM pragma_table_xinfo(?1, 'main')",
-				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
-				   rowidColumnRow, &scan);
-	/* no column: the pragma was skipped (SQLITE_PRAGMA ignored), or no such table */
-	if (rc == SQLITE_OK && scan.nCol == 0)
-		rc = FENCE_RC_INVALID;
-	*pbHas = scan.bHas;
+	*pbHas = rc == SQLITE_OK && tableColumnIndex(&t, "rowid") >= 0;
+	tableColumnsFree(&t);
 	return rc;
-}
-
-typedef struct TableColumns
-{
-	int			nCol;
-	int			nAlloc;
-	char	  **azName;			/* the generated ones only, else NULL */
-	int			nIntegerPk;		/* columns declared INTEGER in the primary key */
-	int			nPk;			/* columns in the primary key */
-} TableColumns;
-
-/* pragma_table_xinfo: name, type, pk, hidden */
-static int
-tableColumnRow(void *pArg, sqlite3_stmt *stmt)
-{
-	TableColumns *t = pArg;
-	const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-	int			hidden = sqlite3_column_int(stmt, 3);
-
-	/* every column has a name, a type (maybe ''), a pk and a hidden flag */
-	if (zName == NULL || sqlite3_column_type(stmt, 1) != SQLITE_TEXT ||
-		sqlite3_column_type(stmt, 2) != SQLITE_INTEGER ||
-		sqlite3_column_type(stmt, 3) != SQLITE_INTEGER)
-		return FENCE_RC_INVALID;
-	if (sqlite3_column_int(stmt, 2) > 0)
-	{
-		t->nPk++;
-		if (sqlite3_stricmp((const char *) sqlite3_column_text(stmt, 1), "INTEGER") == 0)
-			t->nIntegerPk++;
-	}
-	if (t->nCol == t->nAlloc)
-	{
-		int			nAlloc = t->nAlloc * 2 + 8;
-		char	  **a = sqlite3_realloc64(t->azName, sizeof(char *) * (sqlite3_uint64) nAlloc);
-
-		if (a == NULL)
-			return SQLITE_NOMEM;
-		t->azName = a;
-		t->nAlloc = nAlloc;
-	}
-	t->azName[t->nCol] = NULL;
-	/* hidden 2: a VIRTUAL generated column, 3: a STORED one */
-	if ((hidden == 2 || hidden == 3) && (t->azName[t->nCol] = dupText(stmt, 0)) == NULL)
-		return SQLITE_NOMEM;
-	t->nCol++;
-	return SQLITE_OK;
-}
-
-static int
-isGenerated(const TableColumns *t, const char *zName)
-{
-	int			i;
-
-	for (i = 0; i < t->nCol; i++)
-		if (t->azName[i] != NULL && sqlite3_stricmp(t->azName[i], zName) == 0)
-			return 1;
-	return 0;
 }
 
 /*
@@ -574,7 +605,7 @@ isGenerated(const TableColumns *t, const char *zName)
 int
 fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey, char **pzColumn)
 {
-	TableColumns t = {0, 0, NULL, 0, 0};
+	TableColumns t;
 	FenceUniqueIndexes ix = {0, NULL};
 	const char *zFound = NULL;
 	int			rc;
@@ -582,11 +613,7 @@ fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey, char 
 				j;
 
 	*pzColumn = NULL;
-	rc = readWhole(db, "SELECT name, type, pk, hidden FROM pragma_table_xinfo(?1, 'main')",
-				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
-				   tableColumnRow, &t);
-	if (rc == SQLITE_OK && t.nCol == 0)
-		rc = FENCE_RC_INVALID;	/* every table has a column */
+	rc = tableColumnsRead(db, zTable, &t);
 	if (rc == SQLITE_OK && t.nPk == 1 && t.nIntegerPk == 1)
 	{
 		rc = fenceUniqueIndexesRead(db, zTable, &ix);
@@ -600,56 +627,8 @@ fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey, char 
 			rc = SQLITE_NOMEM;
 	}
 	fenceUniqueIndexesFree(&ix);
-	for (i = 0; i < t.nCol; i++)
-		sqlite3_free(t.azName[i]);
-	sqlite3_free(t.azName);
+	tableColumnsFree(&t);
 	return rc;
-}
-
-/* A column as a NULL written into it under REPLACE could become: its DEFAULT. */
-typedef struct DefaultColumns
-{
-	int			nCol;
-	int			nDefault;		/* columns with a DEFAULT */
-	int			nAlloc;
-	struct
-	{
-		char	   *zName;
-		int			bReplaced;	/* NOT NULL with a DEFAULT */
-		int			bGenerated;
-	}		   *a;
-} DefaultColumns;
-
-/* pragma_table_xinfo: name, "notnull", dflt_value, hidden */
-static int
-defaultColumnRow(void *pArg, sqlite3_stmt *stmt)
-{
-	DefaultColumns *t = pArg;
-	int			hidden = sqlite3_column_int(stmt, 3);
-	int			bDefault = sqlite3_column_type(stmt, 2) != SQLITE_NULL;
-
-	/* every column has a name, a NOT NULL flag and a hidden flag (its DEFAULT: counted below) */
-	if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
-		sqlite3_column_type(stmt, 1) != SQLITE_INTEGER ||
-		sqlite3_column_type(stmt, 3) != SQLITE_INTEGER)
-		return FENCE_RC_INVALID;
-	if (t->nCol == t->nAlloc)
-	{
-		int			nAlloc = t->nAlloc * 2 + 8;
-		void	   *a = sqlite3_realloc64(t->a, sizeof(t->a[0]) * (sqlite3_uint64) nAlloc);
-
-		if (a == NULL)
-			return SQLITE_NOMEM;
-		t->a = a;
-		t->nAlloc = nAlloc;
-	}
-	if ((t->a[t->nCol].zName = dupText(stmt, 0)) == NULL)
-		return SQLITE_NOMEM;
-	t->a[t->nCol].bReplaced = sqlite3_column_int(stmt, 1) != 0 && bDefault;
-	t->a[t->nCol].bGenerated = hidden == 2 || hidden == 3;
-	t->nDefault += bDefault;
-	t->nCol++;
-	return SQLITE_OK;
 }
 
 /* How many DEFAULT clauses the SQL of main's table zTable has: -1 if none found. */
@@ -674,21 +653,6 @@ countDefaultClauses(const FenceGuardTriggers *objects, const char *zTable)
 			return n;
 		}
 	return -1;
-}
-
-static int
-isColumnOf(const DefaultColumns *t, const char *zName, int *pbReplaced, int *pbGenerated)
-{
-	int			i;
-
-	for (i = 0; i < t->nCol; i++)
-		if (sqlite3_stricmp(t->a[i].zName, zName) == 0)
-		{
-			*pbReplaced = t->a[i].bReplaced;
-			*pbGenerated = t->a[i].bGenerated;
-			return 1;
-		}
-	return 0;
 }
 
 /*
@@ -725,56 +689,42 @@ int
 fenceDefaultReplaced(sqlite3 *db, const char *zTable, const FenceUniqueIndexes *ix,
 					 const char *zAfterColumn, char **pzColumn, int *pWhy)
 {
-	DefaultColumns t = {0, 0, 0, NULL};
+	TableColumns t;
 	FenceGuardTriggers objects = {0, NULL, NULL, NULL, 0};
 	const char *zFound = NULL;
-	int			bReplaced = 0,
-				bGenerated = 0;
 	int			rc;
 	int			i,
 				j;
 
 	*pzColumn = NULL;
 	*pWhy = FENCE_DEFAULT_UNIQUE;
-	rc = readWhole(db, "SELECT name, \"notnull\", dflt_value, hidden FROM pragma_table_xinfo(?1, 'main')",
-				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
-				   defaultColumnRow, &t);
-	if (rc == SQLITE_OK && t.nCol == 0)
-		rc = FENCE_RC_INVALID;	/* every table has a column */
+	rc = tableColumnsRead(db, zTable, &t);
 	if (rc == SQLITE_OK)
 		rc = fenceTableTriggersRead(db, "main", NULL, &objects);
 	if (rc == SQLITE_OK && countDefaultClauses(&objects, zTable) != t.nDefault)
 		rc = FENCE_RC_INVALID;	/* a DEFAULT the pragma did not show */
 	for (i = 0; rc == SQLITE_OK && zFound == NULL && i < ix->n; i++)
 		for (j = 0; zFound == NULL && j < ix->a[i].nCol; j++)
-		{
-			const char *zCol = ix->a[i].aCol[j].zName;
-
-			if (zCol != NULL && isColumnOf(&t, zCol, &bReplaced, &bGenerated) && bReplaced)
-				zFound = zCol;
-		}
+			if (ix->a[i].aCol[j].zName != NULL && isReplaced(&t, ix->a[i].aCol[j].zName))
+				zFound = ix->a[i].aCol[j].zName;
 	/* read AFTER the row is written, with its DEFAULT in place of the NULL */
-	if (rc == SQLITE_OK && zFound == NULL && zAfterColumn != NULL &&
-		isColumnOf(&t, zAfterColumn, &bReplaced, &bGenerated) && bReplaced)
+	if (rc == SQLITE_OK && zFound == NULL && zAfterColumn != NULL && isReplaced(&t, zAfterColumn))
 	{
 		zFound = zAfterColumn;
 		*pWhy = FENCE_DEFAULT_AFTER;
 	}
-	bGenerated = 0;
 	for (i = 0; rc == SQLITE_OK && zFound == NULL && i < t.nCol; i++)
-		bGenerated |= t.a[i].bGenerated;
-	for (i = 0; rc == SQLITE_OK && zFound == NULL && bGenerated && i < t.nCol; i++)
-		if (t.a[i].bReplaced)
-		{
-			zFound = t.a[i].zName;
-			*pWhy = FENCE_DEFAULT_GENERATED;
-		}
+		if (t.a[i].bGenerated)
+			for (j = 0; zFound == NULL && j < t.nCol; j++)
+				if (t.a[j].bReplaced)
+				{
+					zFound = t.a[j].zName;
+					*pWhy = FENCE_DEFAULT_GENERATED;
+				}
 	if (zFound != NULL && (*pzColumn = sqlite3_mprintf("%s", zFound)) == NULL)
 		rc = SQLITE_NOMEM;
 	fenceGuardTriggersFree(&objects);
-	for (i = 0; i < t.nCol; i++)
-		sqlite3_free(t.a[i].zName);
-	sqlite3_free(t.a);
+	tableColumnsFree(&t);
 	return rc;
 }
 
