@@ -68,6 +68,10 @@ if [ "$what" = check ]; then
 	has command -v dpkg-buildpackage || need+=(dpkg-dev)
 	has command -v dh || need+=(debhelper)
 	has test -e /usr/share/postgresql-common/pgxs_debian_control.mk || need+=(postgresql-server-dev-all)
+	# tests/npm_package.sh: npm pack, and better-sqlite3 compiled from
+	# source by node-gyp (written for Node 20; Debian's nodejs is 18)
+	has command -v npm || need+=(nodejs npm)
+	has command -v g++ || need+=(g++)
 fi
 
 if [ "${FENCE_DEPS_PRINT:-0}" = 1 ]; then

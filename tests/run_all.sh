@@ -55,6 +55,7 @@ if [ -x tests/fuzz/run.sh ]; then
 	step "fuzzers, a short run (make fuzz runs longer)" bash tests/fuzz/run.sh 10
 fi
 step "packaging: licence, META.json, make install, make dist" bash tests/packaging.sh
+step "npm package: pack, install beside better-sqlite3 12, a stale write refused" bash tests/npm_package.sh
 demo_check() {	# make demo must keep telling its story: exit 0 only if both runs do
 	"$PYTHON" demo/zombie_lease.py >/dev/null
 	report $? "make demo: the zombie's write lands with the fence off and is refused with it on, also under the database's own lease"
