@@ -133,6 +133,7 @@ stress: check-deps
 
 clean:
 	rm -rf build $(SQLITE_EXT) tests/results fence-*.tar.gz fence-*.zip
+	rm -rf packages/npm/prebuilds packages/npm/LICENSE packages/python/build packages/python/*.egg-info
 	$(MAKE) -C pg_ext with_llvm=no clean
 
 # Allocation failures, loading twice, close_v2 (tests/sqlite_runtime.c)

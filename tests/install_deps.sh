@@ -72,6 +72,11 @@ if [ "$what" = check ]; then
 	# source by node-gyp (written for Node 20; Debian's nodejs is 18)
 	has command -v npm || need+=(nodejs npm)
 	has command -v g++ || need+=(g++)
+	# tests/python_wheel.sh: the wheel built offline, installed into a venv
+	pyhas build || need+=(python3-build)
+	pyhas setuptools || need+=(python3-setuptools)
+	pyhas wheel || need+=(python3-wheel)
+	pyhas ensurepip || need+=(python3-venv)
 fi
 
 if [ "${FENCE_DEPS_PRINT:-0}" = 1 ]; then

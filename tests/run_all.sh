@@ -56,6 +56,7 @@ if [ -x tests/fuzz/run.sh ]; then
 fi
 step "packaging: licence, META.json, make install, make dist" bash tests/packaging.sh
 step "npm package: pack, install beside better-sqlite3 12, a stale write refused" bash tests/npm_package.sh
+step "Python wheel: build offline, pip install --no-index into a venv, load into sqlite3" bash tests/python_wheel.sh
 demo_check() {	# make demo must keep telling its story: exit 0 only if both runs do
 	"$PYTHON" demo/zombie_lease.py >/dev/null
 	report $? "make demo: the zombie's write lands with the fence off and is refused with it on, also under the database's own lease"
