@@ -55,6 +55,7 @@ if [ -x tests/fuzz/run.sh ]; then
 	step "fuzzers, a short run (make fuzz runs longer)" bash tests/fuzz/run.sh 10
 fi
 step "packaging: licence, META.json, make install, make dist" bash tests/packaging.sh
+step "PGXN: make dist, META.json's PostgreSQL versions, the zip builds and installs" bash tests/pgxn_dist.sh
 step "npm package: pack, install beside better-sqlite3 12, a stale write refused" bash tests/npm_package.sh
 step "Python wheel: build offline, pip install --no-index into a venv, load into sqlite3" bash tests/python_wheel.sh
 demo_check() {	# make demo must keep telling its story: exit 0 only if both runs do
