@@ -4,7 +4,8 @@
 # make), the tarball's contents, then the tarball installed into a scratch
 # project with better-sqlite3 12 on this machine's Node (20), where
 # tests/npm_smoke.js writes through a protected table and sees a stale
-# token refused, and tsc checks the package's types.
+# token refused (README.md's better-sqlite3 block too, run as written), and
+# tsc checks the package's types.
 #
 # The scratch project lives in build/npm-smoke and is kept: `npm install
 # better-sqlite3@12` compiles it from source on Node 20 (about a minute and a
@@ -63,7 +64,7 @@ report $st "npm: npm install of the packed tarball into a project with better-sq
 
 # --- the write, end to end
 cp tests/npm_smoke.js "$proj/smoke.js"
-( cd "$proj" && node smoke.js )
+( cd "$proj" && FENCE_README="$FENCE_ROOT/README.md" node smoke.js )
 
 # --- the types, as a TypeScript user meets them
 cp tests/npm_typecheck.ts "$proj/typecheck.ts"

@@ -93,6 +93,37 @@ try {
       show({ check: r.check, stale: r.stale && [r.stale.code, r.stale.message] }));
   }
 
+  // README.md's better-sqlite3 block, run as written (its file name aside)
+  const readme = fs.readFileSync(process.env.FENCE_README, "utf8");
+  const at = readme.indexOf("\n### Node.js and SQLite (better-sqlite3)\n");
+  const m = at < 0 ? null : /^```js\n([\s\S]*?)^```$/m.exec(readme.slice(at));
+  if (!m) {
+    report(false, "README's better-sqlite3 block is found");
+  } else {
+    const code = m[1].replace('"app.db"', JSON.stringify(path.join(dir, "readme.db")));
+    let r = {};
+    try {
+      const { db, markPaid } = new Function("require", `${code}\nreturn { db, markPaid };`)(require);
+      db.prepare("INSERT INTO invoices VALUES (7, 'open', ?)").run(33n);
+      markPaid(7, 34n);
+      try { markPaid(7, 33n); } catch (e) { r.refusal = e; }
+      markPaid(7, 35);     // a plain number, through the protected table's integer column
+      r.row = db.prepare("SELECT status, tok FROM invoices WHERE id = 7").get();
+      r.highest = db.prepare("SELECT token FROM fence_tokens WHERE resource = 'invoice:7'").get();
+      r.open = db.inTransaction;
+      db.close();
+    } catch (e) {
+      r.error = e;
+    }
+    report(!r.error && r.refusal && r.refusal.code === "SQLITE_CONSTRAINT_FUNCTION" &&
+      r.refusal.message.startsWith("stale fencing token 33 for resource \"invoice:7\"") &&
+      r.row.status === "paid" && Number(r.row.tok) === 35 && Number(r.highest.token) === 35 && !r.open,
+      "README's better-sqlite3 block: markPaid commits with 34n, refuses the stale 33n (SQLITE_CONSTRAINT_FUNCTION), " +
+      "commits with the number 35",
+      r.error ? r.error.stack : JSON.stringify({ refusal: r.refusal && [r.refusal.code, r.refusal.message], row: r.row,
+        highest: r.highest }));
+  }
+
   // load() refuses what is not a connection, with a message
   let te = null;
   try { fence.load({}); } catch (e) { te = e; }

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """tests/pg_readme.py: README.md's PostgreSQL code, run as a reader would
 run it, against the cluster tests/run_pg.sh started (PGHOST, PGPORT,
-PGUSER in the environment): the quick start in psql (the table it leaves
-and the errors it quotes, word for word), the psycopg pattern on an
+PGUSER in the environment): the quick start in psql (the table it shows,
+the errors it quotes, word for word, and its clean-up), the psycopg pattern on an
 autocommit connection and its error handling (which branch runs), and the
 production checklist's claims: a holder paused inside its transaction is
 ended by idle_in_transaction_session_timeout and sees OperationalError,
@@ -44,8 +44,15 @@ def quick_start():
     sql = block("### PostgreSQL (30 seconds)", "sql")
     r = subprocess.run(["psql", "-X", "-q", "-At", "-d", DB], input=sql, capture_output=True, text=True,
                        cwd="/")
-    report(r.stdout.strip().splitlines()[-1:] == ["1|1|34"],
+    report("1|1|34" in r.stdout.splitlines(),
            "quick start: the table ends as the README says (1 | 1 | 34)", r.stdout + r.stderr)
+    with connect(autocommit=True) as c:
+        left = (c.execute("SELECT to_regclass('counter') IS NULL").fetchone()[0],
+                c.execute("SELECT count(*) FROM fence_tokens WHERE resource = 'counter-lock'").fetchone()[0],
+                c.execute("SELECT fence_try('counter-lock', 1)").fetchone()[0])
+    report(left == (True, 0, True),
+           "quick start: its clean-up drops the table and forgets the token: a fresh lock service's token 1 "
+           "is accepted", left)
     quoted = [line[3:] for line in sql.splitlines() if line.startswith("-- ERROR") or
               line.startswith("-- DETAIL") or line.startswith("-- HINT")]
     actual = [line.split(":", 1)[1].lstrip() if line.startswith("psql:") else line
