@@ -7,7 +7,7 @@ many distinct instructions and distinct 64-byte lines of code it touched over
 the whole run. A one-row SQLite transaction touches more code than the L1
 instruction cache holds (32 KiB, 512 lines), so every line is fetched again
 in each transaction, and the distinct lines are a cost of their own beside
-the instructions (BENCHMARKS.md, "The sixth round").
+the instructions (the sixth round, in BENCHMARKS.md's git history).
 
 Usage:
   valgrind --tool=callgrind --dump-instr=yes --toggle-collect=runCell \\

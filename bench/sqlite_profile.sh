@@ -3,7 +3,7 @@
 # benchmark, counted by callgrind (valgrind), for the variants of
 # bench/sqlite_bench.c. Timings on a shared machine are noisy; instruction
 # counts are not, and they show where a trigger-based guard's cost lies
-# (BENCHMARKS.md, "SQLite: where the time goes"). For the fenced variant it
+# (BENCHMARKS.md, "Where the time goes in SQLite"). For the fenced variant it
 # also gives the instructions per row spent inside fence's own functions
 # (inclusive), which is the profile that explains a missed target. And for
 # every variant, callgrind's simulation of the L1 caches (32 KiB each,
