@@ -113,3 +113,25 @@ out=$(psql_ -c "\\set VERBOSITY verbose" -c "SELECT fence_check('deb', 4)" 2>&1)
 echo "$out" | grep -q '23T01' && echo "$out" | grep -q 'stale fencing token 4 for resource "deb"' &&
 	[ "$(psql_ -c "SELECT token FROM fence_tokens WHERE resource = 'deb'")" = 5 ]
 report $? "debian: the installed extension refuses a stale token with 23T01 and keeps the highest"
+
+# --- README.md's three lines (Installation, Debian and Ubuntu): its build
+# and its install are the ones above (the install's globs, expanded from the
+# source tree as a reader's shell would, name exactly the two packages
+# built); its third line runs as written against this cluster, in a
+# database and a directory of its own.
+readme=$(awk '/^dpkg-buildpackage -b -uc -us/ { f = 1 } f && /^```$/ { exit } f' README.md)
+l1=$(sed -n 1p <<<"$readme")
+l2=$(sed -n 2p <<<"$readme")
+l3=$(sed -n 3p <<<"$readme")
+bad=0
+case $l1 in "dpkg-buildpackage -b -uc -us"*) ;; *) echo "README's first line: $l1"; bad=1 ;; esac
+case $l2 in "sudo dpkg -i "*) ;; *) echo "README's second line: $l2"; bad=1 ;; esac
+expanded=$(cd "$work/src" && eval "echo ${l2#sudo dpkg -i }")
+[ "$expanded" = "../$(basename "$pg_deb") ../$(basename "$sq_deb")" ] || { echo "README's install names: $expanded"; bad=1; }
+mkdir -p "$work/readme"
+psql_ -c "CREATE DATABASE readme_deb" >/dev/null &&
+	(cd "$work/readme" && PGHOST=$work PGPORT=5439 PGUSER=postgres PGDATABASE=readme_deb bash -c "$l3") \
+		>"$work/readme.log" 2>&1 || { cat "$work/readme.log"; bad=1; }
+[ "$(cd "$work" && psql -X -At -h "$work" -p 5439 -U postgres -d readme_deb \
+	-c "SELECT extname FROM pg_extension WHERE extname = 'fence'")" = fence ] || bad=1
+report $bad "debian: README's three lines: dpkg-buildpackage, dpkg -i of the two packages built, then CREATE EXTENSION fence and .load /usr/lib/sqlite3/fence, run as written"
