@@ -124,6 +124,22 @@ try {
         highest: r.highest }));
   }
 
+  // the package's own README (what npm shows), its code block run as written
+  {
+    const pkgReadme = fs.readFileSync(path.join(path.dirname(fence.getLoadablePath()), "..", "..", "README.md"), "utf8");
+    const b = /^```js\n([\s\S]*?)^```$/m.exec(pkgReadme);
+    let guards = null, err = null;
+    try {
+      const code = b[1].replace('"app.db"', JSON.stringify(path.join(dir, "pkg.db")));
+      const db = new Function("require", `${code}\nreturn db;`)(require);
+      guards = db.prepare("SELECT count(*) AS n FROM fence_guards").get().n;
+      db.close();
+    } catch (e) {
+      err = e;
+    }
+    report(guards === 1, "the package's README.md: its example runs as written and protects counter", err && err.stack);
+  }
+
   // load() refuses what is not a connection, with a message
   let te = null;
   try { fence.load({}); } catch (e) { te = e; }

@@ -39,7 +39,7 @@ st=$?
 report $st "python: pip install --no-index of the wheel into a venv made from $PYTHON"
 
 cd "$work"	# not the repository: the module must come from the venv
-"$work/venv/bin/python" - "$work/venv" <<'PYEOF'
+"$work/venv/bin/python" - "$work/venv" "$FENCE_ROOT" <<'PYEOF'
 import os, sqlite3, sys, tempfile
 import fence
 
@@ -94,5 +94,17 @@ try:
 except sqlite3.OperationalError as e:
     report(str(e).startswith("no such function: fence_guard"),
            "a connection that did not call fence.load cannot write the protected table", e)
+
+# the package's own README (what PyPI shows), its code block run as written
+import re
+readme = open(os.path.join(sys.argv[2], "packages", "python", "README.md")).read()
+code = re.search(r"^```python\n(.*?)^```$", readme, re.M | re.S).group(1)
+env = {}
+try:
+    exec(code.replace('"app.db"', repr(os.path.join(d, "pkg.db"))), env)
+    ok = env["conn"].execute("SELECT count(*) FROM fence_guards").fetchone()[0] == 1
+except Exception as e:
+    ok, env = False, e
+report(ok, "the wheel's README.md: its example runs as written and protects counter", env)
 sys.exit(1 if failed else 0)
 PYEOF
