@@ -65,6 +65,7 @@ report $st "npm: npm install of the packed tarball into a project with better-sq
 # --- the write, end to end
 cp tests/npm_smoke.js "$proj/smoke.js"
 ( cd "$proj" && FENCE_README="$FENCE_ROOT/README.md" node smoke.js )
+smoke=$?	# a crash before its first line must not pass unseen
 
 # --- the types, as a TypeScript user meets them
 cp tests/npm_typecheck.ts "$proj/typecheck.ts"
@@ -73,3 +74,4 @@ cp tests/npm_typecheck.ts "$proj/typecheck.ts"
 st=$?
 [ $st -ne 0 ] && cat "$work/tsc.log"
 report $st "npm: index.d.ts type-checks (tsc --strict) against better-sqlite3's own types"
+exit $(( smoke || st ))
