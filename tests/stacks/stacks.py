@@ -45,6 +45,12 @@ class Database:
             cur = c.execute(query, params)
             return cur.fetchall() if cur.description else None
 
+    def fenced(self, resource, token, query, params=None):
+        """fence_check(resource, token) and one statement in one transaction."""
+        with psycopg.connect(self.dsn) as c:
+            c.execute("SELECT fence_check(%s, %s)", (resource, token))
+            c.execute(query, params)
+
     def highest(self, resource):
         return self.sql("SELECT fence_current(%s)", (resource,))[0][0]
 
