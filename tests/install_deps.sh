@@ -10,7 +10,8 @@
 #           clang and its sanitizer runtime, PostgreSQL 15 and its server
 #           headers, psycopg, the sqlite3 shell, and the lock services of
 #           tests/lockservice and examples/ (etcd, ZooKeeper with its Java
-#           runtime, Redis) and their Python clients, Patroni for tests/ha, and what
+#           runtime, Redis) and their Python clients, Patroni for tests/ha,
+#           SQLAlchemy, Django and node for tests/pg_stacks_*.py, and what
 #           dpkg-buildpackage needs for debian/.
 #
 # FENCE_DEPS_PRINT=1 prints the package list (one a line) instead of
@@ -56,6 +57,13 @@ if [ "$what" = check ]; then
 	has command -v gdb || need+=(gdb)
 	# tests/pg_pgbouncer.py: fence behind transaction pooling
 	has test -x /usr/sbin/pgbouncer || need+=(pgbouncer)
+	# tests/pg_stacks_*.py: fence through SQLAlchemy 1.4 and Django (both over
+	# psycopg2) and node-postgres (npm installs `pg` itself, into build/)
+	pyhas psycopg2 || need+=(python3-psycopg2)
+	pyhas sqlalchemy || need+=(python3-sqlalchemy)
+	pyhas django || need+=(python3-django)
+	has command -v node || need+=(nodejs)
+	has command -v npm || need+=(npm)
 	# tests/ha: Patroni (its etcd v2 DCS needs python3-etcd, which the
 	# package only recommends)
 	has command -v patroni || need+=(patroni)
