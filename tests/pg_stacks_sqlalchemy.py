@@ -31,6 +31,7 @@ import sqlalchemy  # noqa: E402
 from sqlalchemy import (BigInteger, Column, Integer, MetaData, Table, Text, create_engine,  # noqa: E402
                         event, func, select, update)
 from sqlalchemy.orm import Session, declarative_base  # noqa: E402
+from sqlalchemy.orm.attributes import flag_modified  # noqa: E402
 from stacks import Database, Report, sqlstate  # noqa: E402
 
 REPORT = Report("stacks sqlalchemy")
@@ -143,6 +144,21 @@ def run(db):
     ok(state == "23T01" and rows[0][0] != "zombie",
        "ORM with a token column: the zombie setting tok = 10 is refused 23T01",
        "state %r, row %r" % (state, rows))
+
+    # flag_modified() forces the unchanged token into the UPDATE: accepted,
+    # but only on the code paths that remember to call it
+    def orm_flagged(tok, status):
+        with Session(engine) as s, s.begin():
+            j = s.get(Job, 2)
+            j.tok = tok
+            flag_modified(j, "tok")
+            j.status = status
+    states = [sqlstate(lambda: orm_flagged(20, "holder-flagged")),
+              sqlstate(lambda: orm_flagged(10, "zombie-flagged"))]
+    rows = db.sql("SELECT status, tok FROM job WHERE id = 2")
+    ok(states == [None, "23T01"] and rows == [("holder-flagged", 20)],
+       "ORM with a token column and flag_modified(obj, 'tok'): the holder at its unchanged "
+       "token commits, the zombie is refused 23T01", "states %r, row %r" % (states, rows))
 
     # --- ORM, recommended: no token column, fence_check first in every transaction
     db.fenced("task:1", 10, "INSERT INTO task VALUES (1, 'new')")
