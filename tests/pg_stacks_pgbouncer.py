@@ -92,15 +92,23 @@ def mixup(bouncer, resource):
     b = pid(op)
     op.commit()
     zombie.commit()
-    # now B is the zombie's next connection if A is busy
+    # now B is the zombie's next connection if A is busy: a client holds A
+    # (pgbouncer hands out the last released connection, A; if it gave B,
+    # a second client gets A and the first lets B go)
     blocker.execute("SELECT 1")
     busy = pid(blocker)
-    if busy == b:   # pgbouncer gave the blocker B: swap roles
-        blocker.commit()
+    if busy == b:
+        other = psycopg.connect(bouncer.dsn)
+        other.execute("SELECT 1")
+        busy = pid(other)
+        blocker.rollback()
         blocker.close()
-        zombie.close()
-        op.close()
-        return None, (a, b)
+        blocker = other
+    if busy != a or a == b:
+        for c in (blocker, zombie, op):
+            c.rollback()
+            c.close()
+        return None, (a, b, busy)
     return (zombie, op, blocker), (a, b, busy)
 
 
