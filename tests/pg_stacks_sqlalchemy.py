@@ -4,7 +4,10 @@ python3-sqlalchemy, over psycopg2), Core and ORM (issue 26, item 5).
 
 Core: an UPDATE that sets the token column carries the token, so a
 protected table with a token column works as written; so does
-fence_check at the start of `engine.begin()`.
+fence_check at the start of `engine.begin()`. An engine in
+isolation_level="AUTOCOMMIT" makes no transaction of `engine.begin()`:
+asserted as the documented refusal (23T02 on a table protected without a
+token column).
 
 ORM, naive: a protected table with a token column, the application sets
 `job.tok = token` and commits. The unit of work leaves an attribute whose
@@ -29,7 +32,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "stacks"))
 import sqlalchemy  # noqa: E402
 from sqlalchemy import (BigInteger, Column, Integer, MetaData, Table, Text, create_engine,  # noqa: E402
-                        event, func, select, update)
+                        event, func, select, text, update)
 from sqlalchemy.orm import Session, declarative_base  # noqa: E402
 from sqlalchemy.orm.attributes import flag_modified  # noqa: E402
 from stacks import Database, Report, sqlstate  # noqa: E402
@@ -118,6 +121,26 @@ def run(db):
     ok(states == [None, None, "23T01", None] and rows == ["zombie", "holder", "holder-again"],
        "Core, fence_check first in engine.begin(): the zombie's transaction at 10 is refused "
        "23T01, nothing of it commits", "states %r, rows %r" % (states, rows))
+
+    # an engine in isolation_level="AUTOCOMMIT" sends no BEGIN: engine.begin()
+    # makes no transaction there, the check and the write are two. A table
+    # protected without a token column refuses the write (23T02).
+    auto = create_engine(url, isolation_level="AUTOCOMMIT")
+    db.sql("CREATE TABLE plain (seq serial PRIMARY KEY, who text)")
+    db.sql("SELECT fence_protect('plain', NULL, 'plain')")
+    db.sql("SELECT fence_check('plain', 20)")
+
+    def auto_check():
+        with auto.begin() as conn:
+            conn.execute(select(func.fence_check("plain", 20)))
+            conn.execute(text("INSERT INTO plain (who) VALUES ('holder')"))
+    state = sqlstate(auto_check)
+    rows = db.sql("SELECT who FROM plain")
+    ok(state == "23T02" and rows == [],
+       "Core, isolation_level='AUTOCOMMIT': engine.begin() opens no transaction, the write after "
+       "fence_check is refused 23T02 on a table protected without a token column (the "
+       "documented refusal), nothing commits", "state %r, rows %r" % (state, rows))
+    auto.dispose()
 
     # --- ORM, naive: the token column set by the application (item 5)
     db.sql("INSERT INTO job VALUES (2, 'new', 20)")     # the holder wrote it at 20
