@@ -10,7 +10,8 @@
 #           clang and its sanitizer runtime, PostgreSQL 15 and its server
 #           headers, psycopg, the sqlite3 shell, and the lock services of
 #           tests/lockservice and examples/ (etcd, ZooKeeper with its Java
-#           runtime, Redis) and their Python clients, Patroni for tests/ha, and what
+#           runtime, Redis) and their Python clients, Patroni for tests/ha,
+#           SQLAlchemy, Django and node for tests/pg_stacks_*.py, and what
 #           dpkg-buildpackage needs for debian/.
 #
 # FENCE_DEPS_PRINT=1 prints the package list (one a line) instead of
@@ -56,6 +57,13 @@ if [ "$what" = check ]; then
 	has command -v gdb || need+=(gdb)
 	# tests/pg_pgbouncer.py: fence behind transaction pooling
 	has test -x /usr/sbin/pgbouncer || need+=(pgbouncer)
+	# tests/pg_stacks_*.py: fence through SQLAlchemy 1.4 and Django (both over
+	# psycopg2) and node-postgres (npm installs `pg` itself, into build/)
+	pyhas psycopg2 || need+=(python3-psycopg2)
+	pyhas sqlalchemy || need+=(python3-sqlalchemy)
+	pyhas django || need+=(python3-django)
+	has command -v node || need+=(nodejs)
+	has command -v npm || need+=(npm)
 	# tests/ha: Patroni (its etcd v2 DCS needs python3-etcd, which the
 	# package only recommends)
 	has command -v patroni || need+=(patroni)
@@ -68,9 +76,8 @@ if [ "$what" = check ]; then
 	has command -v dpkg-buildpackage || need+=(dpkg-dev)
 	has command -v dh || need+=(debhelper)
 	has test -e /usr/share/postgresql-common/pgxs_debian_control.mk || need+=(postgresql-server-dev-all)
-	# tests/npm_package.sh: npm pack, and better-sqlite3 compiled from
-	# source by node-gyp (written for Node 20; Debian's nodejs is 18)
-	has command -v npm || need+=(nodejs npm)
+	# tests/npm_package.sh (node and npm: above): better-sqlite3 compiled
+	# from source by node-gyp (written for Node 20; Debian's nodejs is 18)
 	has command -v g++ || need+=(g++)
 	# tests/python_wheel.sh: the wheel built offline, installed into a venv
 	pyhas build || need+=(python3-build)
