@@ -51,6 +51,8 @@ step "shared corpus on SQLite" "$PYTHON" tests/corpus_runner.py --engine sqlite
 for t in tests/sqlite_*.py; do
 	[ -e "$t" ] && step "$(basename "$t")" "$PYTHON" "$t"
 done
+step "SQLite 3.53.2 (the newest a registry package carries): regression suite, tests/sqlite_*.py" \
+	bash tests/run_newest_sqlite.sh
 if [ -x tests/fuzz/run.sh ]; then
 	step "fuzzers, a short run (make fuzz runs longer)" bash tests/fuzz/run.sh 10
 fi
