@@ -53,6 +53,7 @@ for t in tests/sqlite_*.py; do
 done
 step "SQLite 3.53.2 (the newest a registry package carries): regression suite, tests/sqlite_*.py" \
 	bash tests/run_newest_sqlite.sh
+step "Node 20 and better-sqlite3 12 (installed into build/node on first use)" bash tests/stacks/run_node.sh
 if [ -x tests/fuzz/run.sh ]; then
 	step "fuzzers, a short run (make fuzz runs longer)" bash tests/fuzz/run.sh 10
 fi
