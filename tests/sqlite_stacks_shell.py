@@ -10,7 +10,8 @@ committed:
     refused fence_check is followed by its UPDATE of an unprotected table
     and its COMMIT, and the write commits (pinned: why docs/stacks-sqlite.md
     says `sqlite3 -bail`);
-  - with -bail the script stops at the refused check: nothing commits;
+  - with -bail (or .bail on in the script) the script stops at the
+    refused check: nothing commits;
   - a protected table refuses the zombie's write in the statement itself,
     -bail or not;
   - the holder's script with `PRAGMA trusted_schema = ON` after `.load`
@@ -47,8 +48,12 @@ def fresh():
 
 
 def shell(path, script, *flags):
-    head = ".load %s\nPRAGMA trusted_schema = ON;\n.timeout 5000\n" % EXTENSION
-    return subprocess.run([SHELL, *flags, path], input=head + script, capture_output=True, text=True)
+    """Run a script; the flag ".bail on" goes into the script, others on the command line."""
+    head = ".load %s\n.timeout 5000\nPRAGMA trusted_schema = ON;\n" % EXTENSION
+    if ".bail on" in flags:
+        head = ".bail on\n" + head
+    argv = [f for f in flags if f != ".bail on"]
+    return subprocess.run([SHELL, *argv, path], input=head + script, capture_output=True, text=True)
 
 
 ZOMBIE_UNPROTECTED = """BEGIN IMMEDIATE;
@@ -66,13 +71,14 @@ def main():
               "an unprotected table commits (why the docs say sqlite3 -bail)",
               "stderr %r; notes %r" % (r.stderr, committed(path, "SELECT * FROM notes")))
 
-    path = fresh()
-    r = shell(path, ZOMBIE_UNPROTECTED, "-bail")
-    report.ok(r.returncode != 0 and "stale fencing token" in r.stderr
-              and committed(path, "SELECT who FROM notes") == [("holder",)],
-              "sqlite3 -bail: the zombie's script stops at its refused fence_check, exit status %d; "
-              "nothing of it commits" % r.returncode,
-              "stderr %r; notes %r" % (r.stderr, committed(path, "SELECT * FROM notes")))
+    for bail in ("-bail", ".bail on"):
+        path = fresh()
+        r = shell(path, ZOMBIE_UNPROTECTED, bail)
+        report.ok(r.returncode != 0 and "stale fencing token" in r.stderr
+                  and committed(path, "SELECT who FROM notes") == [("holder",)],
+                  "%s: the zombie's script stops at its refused fence_check, exit status %d; "
+                  "nothing of it commits" % (bail, r.returncode),
+                  "stderr %r; notes %r" % (r.stderr, committed(path, "SELECT * FROM notes")))
 
     for flags in ((), ("-bail",)):
         path = fresh()
@@ -88,12 +94,12 @@ def main():
     path = fresh()
     r = shell(path, "BEGIN IMMEDIATE;\nSELECT fence_check('job', 6);\n"
                     "UPDATE counter SET who = 'next holder', tok = 6 WHERE id = 1;\n"
-                    "UPDATE notes SET who = 'next holder' WHERE id = 1;\nCOMMIT;\n", "-bail")
+                    "UPDATE notes SET who = 'next holder' WHERE id = 1;\nCOMMIT;\n", ".bail on")
     report.ok(r.returncode == 0
               and committed(path, "SELECT who, tok FROM counter") == [("next holder", 6)]
               and committed(path, "SELECT who FROM notes") == [("next holder",)]
               and tokens(path) == {"job": 6},
-              "the next holder's script (.load, PRAGMA trusted_schema = ON, -bail, BEGIN IMMEDIATE, "
+              "the next holder's script (.bail on, .load, .timeout, PRAGMA trusted_schema = ON, BEGIN IMMEDIATE, "
               "fence_check, writes, COMMIT) commits at 6",
               "status %d, stderr %r" % (r.returncode, r.stderr))
 

@@ -2,7 +2,8 @@
 # tests/stacks/run_node.sh: fence from Node 20 with better-sqlite3 12
 # (tests/stacks/better_sqlite3.js). Installs better-sqlite3 into build/node on
 # first use (npm compiles it and its SQLite 3.53.2 from source: one to two
-# minutes) and keeps it there, so later runs start at once.
+# minutes) and keeps it there, so later runs start at once. With the argument
+# "install" it installs and stops there (examples/run.py uses that).
 set -u
 . "$(dirname "$0")/../lib.sh"
 cd "$FENCE_ROOT"
@@ -27,6 +28,7 @@ if [ "$installed" != "${PKG#*@}" ] || [ ! -e "$NODE_DIR/node_modules/better-sqli
 	[ $status -eq 0 ] || { tail -20 "$log" | sed 's/^/#   /'; rm -f "$log"; exit 1; }
 	rm -f "$log"
 fi
+[ "${1:-}" = install ] && exit 0	# examples/run.py: install only
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 NODE_PATH=$FENCE_ROOT/$NODE_DIR/node_modules node tests/stacks/better_sqlite3.js \
