@@ -9,6 +9,9 @@ unrelated writer):
     timeout and commits;
   - BEGIN IMMEDIATE; SELECT fence_check(r, t); UPDATE; COMMIT, the
     documented write pattern, waits and commits the same way;
+  - BEGIN; UPDATE protected SET tok = t; UPDATE; COMMIT (what a driver that
+    says BEGIN itself runs: the protected write with its token first)
+    waits and commits the same way;
   - BEGIN; SELECT fence_check(r, t); UPDATE; COMMIT, the pattern the README
     showed, gets SQLITE_BUSY at once on 95d2ea6: SQLite never makes a
     transaction that has read wait for the write lock, and fence_check
@@ -47,6 +50,9 @@ def fresh(mode):
     c.execute("CREATE TABLE other(id INTEGER PRIMARY KEY, n INTEGER)")
     c.execute("INSERT INTO jobs VALUES (1, 'new', 'setup')")
     c.execute("INSERT INTO other VALUES (1, 0)")
+    c.execute("CREATE TABLE ledger(id INTEGER PRIMARY KEY, n INTEGER, tok INTEGER)")
+    c.execute("SELECT fence_protect('ledger', 'tok', 'job')")
+    c.execute("INSERT INTO ledger VALUES (1, 0, 7)")
     c.execute("SELECT fence_check('job', 7)")
     c.close()
     return path
@@ -73,8 +79,10 @@ def holder(path, begin, check, result):
     t0 = time.monotonic()
     try:
         c.execute(begin)
-        if check:
+        if check == "fence_check":
             c.execute("SELECT fence_check('job', 7)").fetchall()
+        elif check == "token column":
+            c.execute("UPDATE ledger SET n = n + 1, tok = 7 WHERE id = 1")
         c.execute("UPDATE jobs SET state = 'done', writer = ? WHERE id = 1", (sql,))
         c.execute("COMMIT")
         err = None
@@ -103,7 +111,8 @@ class Channel:
 def under_contention(mode, begin, check):
     path = fresh(mode)
     ch = Channel()
-    label = "%s%s" % (begin, "; SELECT fence_check" if check else "")
+    label = begin + {None: "", "fence_check": "; SELECT fence_check",
+                     "token column": "; UPDATE protected SET tok = 7 (first)"}[check]
     h = multiprocessing.Process(target=holder, args=(path, begin, check, ch))
     h.start()
     assert ch.up.get(timeout=30)[0] == "ready"
@@ -119,7 +128,7 @@ def under_contention(mode, begin, check):
     what = "%s: %s; UPDATE; COMMIT while another process holds the write lock %.1f s" % (
         mode, label, HOLD)
     waited = err is None and rows == [("done", label)] and elapsed >= HOLD * 0.5
-    if begin == "BEGIN" and check:
+    if begin == "BEGIN" and check == "fence_check":
         # A deferred transaction that reads first cannot wait for the write
         # lock: SQLite calls the busy handler only for a connection with no
         # read transaction (sqlite3BtreeBeginTrans). fence_check reads
@@ -185,11 +194,14 @@ def main():
     multiprocessing.set_start_method("fork")
     for mode in ("DELETE", "WAL"):
         # the control: without the check, SQLite waits and commits
-        under_contention(mode, "BEGIN", check=False)
+        under_contention(mode, "BEGIN", check=None)
         # the README's pattern: SQLITE_BUSY at once, nothing committed
-        under_contention(mode, "BEGIN", check=True)
+        under_contention(mode, "BEGIN", check="fence_check")
         # the documented write pattern
-        under_contention(mode, "BEGIN IMMEDIATE", check=True)
+        under_contention(mode, "BEGIN IMMEDIATE", check="fence_check")
+        # where the driver says BEGIN (autocommit=False, the default mode):
+        # the protected write with its token first
+        under_contention(mode, "BEGIN", check="token column")
         same_token(mode)
     return report.finish("sqlite_stacks_contention")
 
