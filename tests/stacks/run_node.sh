@@ -3,7 +3,8 @@
 # (tests/stacks/better_sqlite3.js). Installs better-sqlite3 into build/node on
 # first use (npm compiles it and its SQLite 3.53.2 from source: one to two
 # minutes) and keeps it there, so later runs start at once. With the argument
-# "install" it installs and stops there (examples/run.py uses that).
+# "install" it installs and stops there (examples/run.py, and tests/run_all.sh
+# early in the background).
 set -u
 . "$(dirname "$0")/../lib.sh"
 cd "$FENCE_ROOT"
@@ -15,7 +16,6 @@ if [ "$major" -lt 20 ]; then
 	report 1 "stacks node: Node 20 or later is installed (found: $(node --version 2>&1))"
 	exit 1
 fi
-make -s sqlite_ext/fence.so || exit 1
 installed=$(node -p "require('./$NODE_DIR/node_modules/better-sqlite3/package.json').version" 2>/dev/null)
 if [ "$installed" != "${PKG#*@}" ] || [ ! -e "$NODE_DIR/node_modules/better-sqlite3/build/Release/better_sqlite3.node" ]; then
 	rm -rf "$NODE_DIR"
@@ -28,7 +28,8 @@ if [ "$installed" != "${PKG#*@}" ] || [ ! -e "$NODE_DIR/node_modules/better-sqli
 	[ $status -eq 0 ] || { tail -20 "$log" | sed 's/^/#   /'; rm -f "$log"; exit 1; }
 	rm -f "$log"
 fi
-[ "${1:-}" = install ] && exit 0	# examples/run.py: install only
+[ "${1:-}" = install ] && exit 0	# examples/run.py, tests/run_all.sh: install only
+make -s sqlite_ext/fence.so || exit 1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 NODE_PATH=$FENCE_ROOT/$NODE_DIR/node_modules node tests/stacks/better_sqlite3.js \
