@@ -13,7 +13,7 @@
 # counts as one failure.
 set -u
 . "$(dirname "$0")/lib.sh"
-cd "$FENCE_ROOT"
+cd "$FENCE_ROOT" || exit 1
 
 out=$(bash tests/tools/newest_sqlite.sh 2>&1)
 status=$?

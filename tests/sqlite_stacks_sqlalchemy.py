@@ -37,10 +37,8 @@ is the holder's. Asserted on the rows and fence_tokens.
 Usage: /usr/bin/python3 tests/sqlite_stacks_sqlalchemy.py
 """
 import os
-import sqlite3
 import sys
 import threading
-import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,9 @@ Not named sqlite_*.py: tests/run_all.sh runs every file that is.
 Each test asserts on what COMMITTED (the rows, fence_tokens), read back on a
 fresh connection without fence loaded.
 """
+import atexit
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -21,13 +23,15 @@ from tap import Report  # noqa: E402,F401  (re-exported)
 EXTENSION = os.environ.get("FENCE_EXTENSION", os.path.join(ROOT, "sqlite_ext", "fence"))
 
 
+_base = []
+
+
 def scratch(name):
-    """A new empty directory for one case's database files."""
-    base = os.environ.get("FENCE_STACKS_TMP")
-    if base is None:
-        base = tempfile.mkdtemp(prefix="fence_stacks_")
-        os.environ["FENCE_STACKS_TMP"] = base
-    return tempfile.mkdtemp(prefix=name + ".", dir=base)
+    """A new empty directory for one case's database files (all removed at exit)."""
+    if not _base:
+        _base.append(tempfile.mkdtemp(prefix="fence_stacks_"))
+        atexit.register(shutil.rmtree, _base[0], True)
+    return tempfile.mkdtemp(prefix=name + ".", dir=_base[0])
 
 
 def load(conn):

@@ -7,7 +7,7 @@
 # early in the background).
 set -u
 . "$(dirname "$0")/../lib.sh"
-cd "$FENCE_ROOT"
+cd "$FENCE_ROOT" || exit 1
 PKG=better-sqlite3@12.11.1
 NODE_DIR=build/node
 
