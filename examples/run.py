@@ -38,6 +38,10 @@ EXAMPLES = {
     "redis_sqlite": ({"redis"}, [PYTHON, "redis_sqlite.py"]),
     "libpq_c": ({"pg", "cc-libpq"}, ["{work}/libpq_fence"]),
     "sqlite3_c": ({"cc-sqlite"}, ["{work}/sqlite3_fence"]),
+    "stacks_sqlite3": (set(), [PYTHON, "stacks_sqlite3.py"]),
+    "stacks_sqlalchemy": (set(), [PYTHON, "stacks_sqlalchemy.py"]),
+    "stacks_better_sqlite3": ({"node"}, ["node", "stacks_better_sqlite3.js"]),
+    "stacks_sqlite3_shell": (set(), ["bash", "stacks_sqlite3_shell.sh"]),
 }
 
 
@@ -75,6 +79,13 @@ class Servers:
             if self.zk is None:
                 self.zk = harness.ZooKeeper(self.work)
             env["ZK_HOSTS"] = "127.0.0.1:%d" % self.zk.port
+        if "node" in needs:
+            # better-sqlite3, installed into build/node once (tests/stacks/run_node.sh)
+            r = subprocess.run(["bash", os.path.join(ROOT, "tests", "stacks", "run_node.sh"), "install"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if r.returncode:
+                raise RuntimeError("could not install better-sqlite3:\n" + r.stdout)
+            env["NODE_PATH"] = os.path.join(ROOT, "build", "node", "node_modules")
         if "redis" in needs:
             if self.redis is None:
                 self.redis = harness.Redis(self.work)

@@ -70,6 +70,11 @@ if [ "$what" = check ]; then
 	pyhas etcd || need+=(python3-etcd)
 	# and its network partition: ip netns, veth pairs
 	has command -v ip || need+=(iproute2)
+	# tests/sqlite_stacks_sqlalchemy.py: SQLAlchemy 1.4 Core and ORM on pysqlite
+	pyhas sqlalchemy || need+=(python3-sqlalchemy)
+	# tests/stacks/run_node.sh and tests/tools/newest_sqlite.sh: npm (better-sqlite3 12
+	# needs Node 20 or later; the test says so when it finds an older one)
+	has command -v npm || need+=(npm)
 	# examples/ in C: libpq's headers and library
 	has test -e /usr/include/postgresql/libpq-fe.h || need+=(libpq-dev)
 	# tests/deb_packages.sh: dpkg-buildpackage with debhelper and pg_buildext

@@ -32,6 +32,12 @@ build() {	# the builds, each a test: strict warnings are an error in CI
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
+# The newest SQLite and better-sqlite3 take a minute or two to build the first
+# time (cached in build/ after that): start them now, in the background, so
+# that they overlap the steps before the ones that use them.
+(bash tests/tools/newest_sqlite.sh && bash tests/stacks/run_node.sh install) >/dev/null 2>&1 &
+prefetch=$!
+
 step "builds" build
 step "core rules (ASan, UBSan)" build/asan/core_test
 step "SQLite regression suite" bash tests/run_sqlite_regress.sh
@@ -51,6 +57,10 @@ step "shared corpus on SQLite" "$PYTHON" tests/corpus_runner.py --engine sqlite
 for t in tests/sqlite_*.py; do
 	[ -e "$t" ] && step "$(basename "$t")" "$PYTHON" "$t"
 done
+wait "$prefetch"	# each step below builds what is missing itself, and says so if it cannot
+step "SQLite 3.53.2 (the newest a registry package carries): regression suite, tests/sqlite_*.py" \
+	bash tests/run_newest_sqlite.sh
+step "Node 20 and better-sqlite3 12 (installed into build/node on first use)" bash tests/stacks/run_node.sh
 if [ -x tests/fuzz/run.sh ]; then
 	step "fuzzers, a short run (make fuzz runs longer)" bash tests/fuzz/run.sh 10
 fi
