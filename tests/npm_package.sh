@@ -44,7 +44,14 @@ report $bad "npm: the tarball holds the code, the types, the licence and prebuil
 
 # --- the scratch project: better-sqlite3 12 (compiled once, kept), typescript
 proj=$FENCE_ROOT/build/npm-smoke
-deps="better-sqlite3@12 typescript@5 @types/better-sqlite3@7"
+# tests/stacks/run_node.sh compiles better-sqlite3 12 into build/node first (in
+# make check, in the background from the start): link that one rather than
+# compile it a second time
+if [ -e "$FENCE_ROOT/build/node/node_modules/better-sqlite3/build/Release/better_sqlite3.node" ]; then
+	deps="file:../node/node_modules/better-sqlite3 typescript@5 @types/better-sqlite3@7"
+else
+	deps="better-sqlite3@12 typescript@5 @types/better-sqlite3@7"
+fi
 mkdir -p "$proj"
 if [ "$(cat "$proj/.deps" 2>/dev/null)" != "$deps" ] || [ ! -e "$proj/node_modules/better-sqlite3/build/Release/better_sqlite3.node" ]; then
 	echo "installing $deps into $proj (better-sqlite3 compiles from source: about a minute and a half, once)"
