@@ -59,7 +59,9 @@
  * advance it; table_open/CatalogTupleInsert need no table privilege and no
  * SECURITY DEFINER wrapper with its per-call GUC switching, and a cached
  * index lookup costs a fraction of an SPI plan execution. Writes are plain
- * heap operations: WAL-logged, replicated, undone by rollback.
+ * heap operations: WAL-logged, replicated, undone by rollback. A
+ * transaction that wrote one commits synchronously (ForceSyncCommit), so
+ * synchronous_commit = off cannot lose an acknowledged advance at a crash.
  */
 #include "postgres.h"
 
@@ -244,6 +246,17 @@ write_row(Relation rel, const char *resource, size_t len, int64 token, bool exis
 	heap_freetuple(tuple);
 	fence_note_written(resource, len, token);
 	fence_cache_signal(rel);
+
+	/*
+	 * A raised highest must be durable before the commit is acknowledged,
+	 * whatever the session's synchronous_commit (any role may turn it off):
+	 * a crash that lost it would bring the old highest back and let the
+	 * stale holder write again. Only a transaction that advanced flushes;
+	 * an equal accept writes nothing here and keeps the session's setting.
+	 * (Replication to synchronous standbys still follows the setting, as
+	 * for the leases: see docs/postgresql-guarantees.md.)
+	 */
+	ForceSyncCommit();
 	/* a later advance in this same command must see this version */
 	CommandCounterIncrement();
 }
