@@ -31,3 +31,18 @@
 --       fence_tokens).
 REVOKE ALL ON FUNCTION fence_tokens_changed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION fence_guard_hierarchy() FROM PUBLIC;
+
+-- ---------------------------------------------------------------------
+-- fence_terminate: a way out for the next holder (pg_ext/fence_terminate.c)
+-- ---------------------------------------------------------------------
+--
+-- Ends the sessions whose open transactions hold the resource's fence
+-- below the token (and so keep its advance to the token waiting): a stale
+-- holder paused inside a statement, where no timeout ends it. PUBLIC: it
+-- checks pg_terminate_backend's rules for every session it would end, so
+-- it gives no new right; a token below the highest is refused (23T01).
+-- Not STRICT: a NULL argument raises 22004.
+CREATE FUNCTION fence_terminate(resource text, token bigint) RETURNS integer
+	AS 'MODULE_PATHNAME', 'fence_terminate' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION fence_terminate(text, bigint) IS
+	'end the sessions whose transactions hold the resource''s fence below the token; returns how many';

@@ -74,6 +74,13 @@ ALTER EXTENSION fence UPDATE TO '1.5';
 SELECT extversion FROM pg_extension WHERE extname = 'fence';
 SELECT * FROM up_public_exec;
 DROP VIEW up_public_exec;
+-- 1.5: fence_terminate ends the sessions holding a fence below a token
+-- (tests/pg_terminate.py); nobody holds one here
+SELECT fence_terminate('up:r', 7) AS ended, has_function_privilege('public',
+	'fence_terminate(text, bigint)', 'EXECUTE') AS public_may_call;
+SELECT fence_terminate('up:r', 1);
+SELECT fence_terminate(NULL, 1);
+SELECT fence_terminate('up:r', -1);
 -- the data and the guard came through the upgrades
 SELECT resource, token FROM fence_tokens WHERE resource LIKE 'up:%' ORDER BY resource;
 INSERT INTO up VALUES (2, 4);
