@@ -223,8 +223,11 @@ def main():
                    traceback.format_exc().replace("\n", "\n#   "))
         a.close()
     finally:
-        admin.execute("ROLLBACK PREPARED 'term-orphan'") if admin.execute(
-            "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'term-orphan'").fetchone()[0] else None
+        # a prepared transaction left by a failed run: ended in its database
+        if admin.execute("SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'term-orphan'"
+                         ).fetchone()[0]:
+            with connect() as c:
+                c.execute("ROLLBACK PREPARED 'term-orphan'")
         admin.execute("DROP DATABASE IF EXISTS %s WITH (FORCE)" % DB)
         for r in (APP, OTHER):
             admin.execute("DROP ROLE IF EXISTS %s" % r)
