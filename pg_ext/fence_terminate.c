@@ -58,8 +58,7 @@
 typedef struct FenceTarget
 {
 	int			pid;
-	BackendId	backend;		/* its virtual transaction id at the look */
-	LocalTransactionId lxid;
+	LocalTransactionId lxid;	/* its transaction at the look, or Invalid */
 } FenceTarget;
 
 static bool
@@ -192,8 +191,8 @@ fence_terminate(PG_FUNCTION_ARGS)
 		if (seen)
 			continue;
 		targets[ntargets].pid = pid;
-		targets[ntargets].backend = l->backend;
-		targets[ntargets].lxid = l->lxid;
+		/* a parallel worker's lock names the worker's transaction */
+		targets[ntargets].lxid = pid == l->pid ? l->lxid : InvalidLocalTransactionId;
 		ntargets++;
 	}
 
@@ -204,7 +203,8 @@ fence_terminate(PG_FUNCTION_ARGS)
 	{
 		PGPROC	   *proc = BackendPidGetProc(targets[i].pid);
 
-		if (proc == NULL || proc->lxid != targets[i].lxid)
+		if (proc == NULL ||
+			(LocalTransactionIdIsValid(targets[i].lxid) && proc->lxid != targets[i].lxid))
 			continue;			/* ended, or in another transaction now */
 		if (DatumGetBool(DirectFunctionCall2(pg_terminate_backend,
 											 Int32GetDatum(targets[i].pid),
