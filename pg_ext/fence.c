@@ -70,17 +70,17 @@ client_has(Oid proc, int server, int client, const char *c, int n)
 									  converted, sizeof(converted), true) == n;
 }
 
-/* The length of the server-encoded character at text[i], within len. */
+/* The length of the server-encoded character at str[i], within len. */
 static int
-char_len(int server, const char *text, size_t i, size_t len)
+char_len(int server, const char *str, size_t i, size_t len)
 {
-	int			n = pg_encoding_mblen(server, text + i);
+	int			n = pg_encoding_mblen(server, str + i);
 
 	return (n < 1 || i + n > len) ? 1 : n;
 }
 
 /*
- * text (len bytes, server encoding) as the client can be sent it. A
+ * str (len bytes, server encoding) as the client can be sent it. A
  * message is converted to the client encoding on its way out, and a
  * character the client encoding lacks (a CJK resource, a LATIN1 client)
  * made PostgreSQL replace the whole error with 22P05. Such characters are
@@ -91,7 +91,7 @@ char_len(int server, const char *text, size_t i, size_t len)
  * case, decided without a look-up). *outlen is the result's length.
  */
 const char *
-fence_client_text(const char *text, size_t len, size_t *outlen)
+fence_client_text(const char *str, size_t len, size_t *outlen)
 {
 	int			server = GetDatabaseEncoding();
 	int			client = pg_get_client_encoding();
@@ -102,40 +102,40 @@ fence_client_text(const char *text, size_t len, size_t *outlen)
 
 	*outlen = len;
 	if (server == client || server == PG_SQL_ASCII || client == PG_SQL_ASCII)
-		return text;
-	for (i = 0; i < len && !IS_HIGHBIT_SET(text[i]); i++)
+		return str;
+	for (i = 0; i < len && !IS_HIGHBIT_SET(str[i]); i++)
 		;
 	if (i == len)
-		return text;
+		return str;
 	proc = FindDefaultConversionProc(server, client);
 	if (!OidIsValid(proc))
-		return text;
+		return str;
 	for (; i < len; i += n)
 	{
-		n = char_len(server, text, i, len);
-		if (!client_has(proc, server, client, text + i, n))
+		n = char_len(server, str, i, len);
+		if (!client_has(proc, server, client, str + i, n))
 			break;
 	}
 	if (i == len)
-		return text;
+		return str;
 
 	initStringInfo(&buf);
 	for (i = 0; i < len; i += n)
 	{
-		n = char_len(server, text, i, len);
-		if (text[i] == '\\')
+		n = char_len(server, str, i, len);
+		if (str[i] == '\\')
 			appendStringInfoString(&buf, "\\\\");
-		else if (client_has(proc, server, client, text + i, n))
-			appendBinaryStringInfo(&buf, text + i, n);
+		else if (client_has(proc, server, client, str + i, n))
+			appendBinaryStringInfo(&buf, str + i, n);
 		else if (server == PG_UTF8)
 		{
-			pg_wchar	c = utf8_to_unicode((const unsigned char *) text + i);
+			pg_wchar	c = utf8_to_unicode((const unsigned char *) str + i);
 
 			appendStringInfo(&buf, c > 0xFFFF ? "\\U%08X" : "\\u%04X", (unsigned int) c);
 		}
 		else
 			for (int j = 0; j < n; j++)
-				appendStringInfo(&buf, "\\x%02X", (unsigned char) text[i + j]);
+				appendStringInfo(&buf, "\\x%02X", (unsigned char) str[i + j]);
 	}
 	*outlen = buf.len;
 	return buf.data;

@@ -76,7 +76,7 @@ extern void fence_report_missing(Relation rel, FenceMissing why, const char *res
 								 size_t len, const char *column) pg_attribute_noreturn();
 extern void fence_report_invalid(const char *what, FenceProblem problem, size_t len,
 								 int64 token) pg_attribute_noreturn();
-extern const char *fence_client_text(const char *text, size_t len, size_t *outlen);
+extern const char *fence_client_text(const char *str, size_t len, size_t *outlen);
 extern void fence_validate_resource(const char *resource, size_t len);
 extern char *fence_resource_arg(FunctionCallInfo fcinfo, int n, size_t *len);
 extern int64 fence_token_arg(FunctionCallInfo fcinfo, int n);
