@@ -23,6 +23,10 @@ On a cluster this script starts itself, fsync on, the WAL writer slowed
      insert position (the commit record is durable); right after a
      same-token transaction (synchronous_commit = off) it is not: the
      equal accept does not force a flush.
+  c) synchronous replication (synchronous_standby_names naming a standby
+     that never confirms): such a COMMIT waits for the standby (SyncRep)
+     as the server's own synchronous_commit says; a same-token one does
+     not.
 
 Usage: /usr/bin/python3 tests/pg_sync_commit.py (tests/run_pg.sh runs it).
 """
@@ -31,6 +35,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -131,6 +136,57 @@ def scenario_flushes(cl, n=20):
     s.close()
 
 
+def scenario_sync_standby(cl):
+    """synchronous_standby_names names a standby that never confirms: a
+    commit at the server's synchronous_commit (on) waits for it. A session
+    that set synchronous_commit = off must still wait when its transaction
+    advanced (the advance would otherwise be lost at a failover); a
+    same-token transaction keeps the session's setting."""
+    c = cl.connect()
+    c.execute("CREATE EXTENSION fence")
+    c.execute("SELECT fence_check('sr:a', 10)")
+    c.execute("ALTER SYSTEM SET synchronous_standby_names = 'nosuch'")
+    c.execute("SELECT pg_reload_conf()")
+    time.sleep(0.5)
+    s = cl.connect(autocommit=False)
+    s.execute("SET synchronous_commit = off")
+    s.commit()
+    pid = s.execute("SELECT pg_backend_pid()").fetchone()[0]
+    s.commit()
+
+    def commit_in_thread(sql):
+        done = {}
+
+        def run():
+            try:
+                s.execute(sql)
+                s.commit()
+                done["r"] = "committed"
+            except psycopg.Error as e:
+                done["r"] = e.sqlstate
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(1.5)
+        waiting = t.is_alive()
+        event = c.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                          (pid,)).fetchone()[0]
+        if waiting:
+            c.execute("SELECT pg_cancel_backend(%s)", (pid,))
+            t.join(10)
+        return waiting, event
+
+    waiting, event = commit_in_thread("SELECT fence_check('sr:a', 10)")
+    R.ok(not waiting, "sync standby: a same-token transaction with synchronous_commit=off "
+         "does not wait for the synchronous standby", "wait_event %r" % event)
+    waiting, event = commit_in_thread("SELECT fence_check('sr:a', 20)")
+    R.ok(waiting and event == "SyncRep",
+         "sync standby: an advance with synchronous_commit=off waits for the synchronous "
+         "standby, as the server's setting says", "waiting %r, wait_event %r" % (waiting, event))
+    s.close()
+    c.execute("ALTER SYSTEM RESET synchronous_standby_names")
+    c.execute("SELECT pg_reload_conf()")
+
+
 def main():
     started = time.monotonic()
     for sg in (signal.SIGTERM, signal.SIGHUP):
@@ -145,7 +201,8 @@ def main():
     try:
         faults.build()
         faults.chown_postgres(faults.WORK)
-        for name, fn in (("sync_crash", scenario_crash), ("sync_flushes", scenario_flushes)):
+        for name, fn in (("sync_crash", scenario_crash), ("sync_flushes", scenario_flushes),
+                         ("sync_standby", scenario_sync_standby)):
             cl = faults.Cluster(name, OPTS)
             try:
                 cl.initdb()
