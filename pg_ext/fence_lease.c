@@ -329,10 +329,12 @@ static void
 report_tokens_used(const LeaseCall *call)
 {
 	char		msg[FENCE_MSG_MAX];
+	size_t		len;
+	const char *resource = fence_client_text(call->resource, call->len, &len);
 
 	ereport(ERROR,
 			(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-			 errmsg_internal("%s", fence_msg_exhausted(msg, call->resource, call->len)),
+			 errmsg_internal("%s", fence_msg_exhausted(msg, resource, len)),
 			 errdetail("The highest granted or accepted token is 9223372036854775807."),
 			 errhint("Use another resource name.")));
 	pg_unreachable();

@@ -11,6 +11,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "storage/lock.h"
 #include "utils/rel.h"
 
 #include "../core/fence_core.h"
@@ -32,6 +33,8 @@ extern FenceOutcome fence_accept_hashed(const char *resource, size_t len,
 										const uint64 *knownHash, int64 token);
 extern uint64 fence_resource_hash(const char *resource, size_t len);
 extern bool fence_read_highest(const char *resource, size_t len, int64 *highest);
+extern bool fence_read_uncommitted_highest(const char *resource, size_t len, int64 *highest);
+extern void fence_resource_locktag(LOCKTAG *tag, const char *resource, size_t len);
 extern void fence_forget(const char *resource, size_t len);
 extern void fence_write_pending(const char *resource, size_t len, int64 token);
 extern void fence_lock_tokens_exclusive(void);
@@ -73,6 +76,7 @@ extern void fence_report_missing(Relation rel, FenceMissing why, const char *res
 								 size_t len, const char *column) pg_attribute_noreturn();
 extern void fence_report_invalid(const char *what, FenceProblem problem, size_t len,
 								 int64 token) pg_attribute_noreturn();
+extern const char *fence_client_text(const char *str, size_t len, size_t *outlen);
 extern void fence_validate_resource(const char *resource, size_t len);
 extern char *fence_resource_arg(FunctionCallInfo fcinfo, int n, size_t *len);
 extern int64 fence_token_arg(FunctionCallInfo fcinfo, int n);

@@ -220,6 +220,20 @@ fence_tokens_changed(PG_FUNCTION_ARGS)
 				 errmsg("fence_tokens_changed() must be called as a trigger")));
 
 	/*
+	 * Attached to any other table it would take fence_tokens' ExclusiveLock
+	 * below for every row written there, keeping every fence out: 1.5
+	 * revokes EXECUTE from PUBLIC, and this refuses it in an install not
+	 * yet updated (and a superuser's mistake).
+	 */
+	if (RelationGetRelid(trigdata->tg_relation) != tokensRelid &&
+		RelationGetRelid(trigdata->tg_relation) != fence_extension_relid("fence_tokens"))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("fence_tokens_changed() fires only on fence_tokens, not on \"%s\"",
+						RelationGetRelationName(trigdata->tg_relation)),
+				 errhint("Drop the trigger: fence installs its own on fence_tokens.")));
+
+	/*
 	 * A row changed by anyone but fence's C code (a superuser's DML, COPY, a
 	 * restore, logical replication's apply worker) took none of the
 	 * resource locks that order fence's own changes. Take the lock that

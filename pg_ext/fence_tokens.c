@@ -59,7 +59,9 @@
  * advance it; table_open/CatalogTupleInsert need no table privilege and no
  * SECURITY DEFINER wrapper with its per-call GUC switching, and a cached
  * index lookup costs a fraction of an SPI plan execution. Writes are plain
- * heap operations: WAL-logged, replicated, undone by rollback.
+ * heap operations: WAL-logged, replicated, undone by rollback. A
+ * transaction that wrote one commits synchronously (ForceSyncCommit), so
+ * synchronous_commit = off cannot lose an acknowledged advance at a crash.
  */
 #include "postgres.h"
 
@@ -244,6 +246,17 @@ write_row(Relation rel, const char *resource, size_t len, int64 token, bool exis
 	heap_freetuple(tuple);
 	fence_note_written(resource, len, token);
 	fence_cache_signal(rel);
+
+	/*
+	 * A raised highest must be durable before the commit is acknowledged,
+	 * whatever the session's synchronous_commit (any role may turn it off):
+	 * a crash that lost it would bring the old highest back and let the
+	 * stale holder write again. Only a transaction that advanced flushes;
+	 * an equal accept writes nothing here and keeps the session's setting.
+	 * (Replication to synchronous standbys still follows the setting, as
+	 * for the leases: see docs/postgresql-guarantees.md.)
+	 */
+	ForceSyncCommit();
 	/* a later advance in this same command must see this version */
 	CommandCounterIncrement();
 }
@@ -418,6 +431,51 @@ void
 fence_lock_tokens_exclusive(void)
 {
 	(void) lock_tokens_exclusive();
+}
+
+/*
+ * The highest token in any version of r's row that is committed or still
+ * being written (an advance in progress, read through a dirty snapshot),
+ * or false when there is none. For fence_terminate (fence_terminate.c),
+ * which must spare an uncommitted advance to a token at or above its own.
+ */
+bool
+fence_read_uncommitted_highest(const char *resource, size_t len, int64 *highest)
+{
+	Relation	rel = open_tokens(AccessShareLock);
+	SnapshotData dirty;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	text	   *key_text = cstring_to_text_with_len(resource, (int) len);
+	bool		found = false;
+
+	InitDirtySnapshot(dirty);
+	ScanKeyInit(&key, Anum_fence_tokens_resource, BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(key_text));
+	/* every version: the old one of an update in progress comes first */
+	scan = systable_beginscan(rel, RelationGetPrimaryKeyIndex(rel), true, &dirty, 1, &key);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		int64		token = DatumGetInt64(heap_getattr(tuple, Anum_fence_tokens_token,
+													   RelationGetDescr(rel), &isnull));
+
+		if (!found || token > *highest)
+			*highest = token;
+		found = true;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	pfree(key_text);
+	return found;
+}
+
+/* The lock that stands for r (for fence_terminate's look at the lock table). */
+void
+fence_resource_locktag(LOCKTAG *tag, const char *resource, size_t len)
+{
+	(void) resource_locktag(tag, resource, len);
 }
 
 /* The highest accepted token, or false when there is none. */

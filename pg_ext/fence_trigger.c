@@ -38,6 +38,7 @@
 #include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
+#include "catalog/partition.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
@@ -237,6 +238,59 @@ check_not_generated(Relation rel, Form_pg_attribute att)
 }
 
 /*
+ * A token column that fills itself in (a DEFAULT, serial's nextval, an
+ * identity) would turn an INSERT that leaves the token out into one that
+ * presents a value the lock service never granted: accepted, it raises the
+ * highest and locks the real holder out, where SPEC.md wants "fencing token
+ * required". A BEFORE trigger sees the finished row and cannot tell a
+ * written token from a default, so the column must have none: refused by
+ * fence_protect, by the event trigger when DDL adds one to a guarded table
+ * (or creates or attaches a partition or child that has one), and when the
+ * guard's arguments are resolved, which makes every write fail while one
+ * exists (the event trigger disabled by a superuser). Inserting through a
+ * partitioned table takes the default of the table named in the INSERT, so
+ * a partition's guard also looks at its ancestors. Nothing of this runs per
+ * row.
+ */
+static void
+check_no_default(Relation rel, Form_pg_attribute att, bool protecting)
+{
+	if (!att->atthasdef && att->attidentity == '\0')
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("token column \"%s\" of \"%s\" %s",
+					NameStr(att->attname), RelationGetRelationName(rel),
+					att->attidentity ? "is an identity column" : "has a default"),
+			 errdetail("An INSERT that leaves the token out would present the column's own "
+					   "value as its fencing token, instead of failing with \"fencing token "
+					   "required\"."),
+			 protecting ?
+			 errhint("Drop it (ALTER TABLE %s ALTER COLUMN %s DROP %s) and write the token "
+					 "the lock service granted.",
+					 quote_identifier(RelationGetRelationName(rel)),
+					 quote_identifier(NameStr(att->attname)),
+					 att->attidentity ? "IDENTITY" : "DEFAULT") :
+			 errhint("It was added after fence_protect(): drop it (ALTER TABLE %s ALTER COLUMN "
+					 "%s DROP %s); until then every write of the table fails.",
+					 quote_identifier(RelationGetRelationName(rel)),
+					 quote_identifier(NameStr(att->attname)),
+					 att->attidentity ? "IDENTITY" : "DEFAULT")));
+}
+
+/* check_no_default for the column called column of relid, if it has one. */
+static void
+check_no_default_named(Oid relid, const char *column, bool protecting)
+{
+	Relation	rel = relation_open(relid, NoLock);
+	AttrNumber	attnum = get_attnum(relid, column);
+
+	if (attnum > 0)
+		check_no_default(rel, TupleDescAttr(RelationGetDescr(rel), attnum - 1), protecting);
+	relation_close(rel, NoLock);
+}
+
+/*
  * BEFORE ROW triggers fire in the order of their names. One that fires
  * after the guard could change the key or the token after the check (a
  * normalising trigger writing lower(NEW.id), or one planted by a role
@@ -332,6 +386,14 @@ build_guard_spec(GuardSpec *spec, MemoryContext cxt, TriggerData *trigdata)
 		spec->tokenType = TupleDescAttr(desc, spec->tokenAttnum - 1)->atttypid;
 		check_token_type(trigdata->tg_relation, spec->tokenColumn, spec->tokenType, false);
 		check_not_generated(trigdata->tg_relation, TupleDescAttr(desc, spec->tokenAttnum - 1));
+		check_no_default(trigdata->tg_relation, TupleDescAttr(desc, spec->tokenAttnum - 1), false);
+		if (trigdata->tg_relation->rd_rel->relispartition)
+		{
+			ListCell   *lc;
+
+			foreach(lc, get_partition_ancestors(RelationGetRelid(trigdata->tg_relation)))
+				check_no_default_named(lfirst_oid(lc), spec->tokenColumn, false);
+		}
 	}
 	if (trigger->tgargs[2][0])
 	{
@@ -913,6 +975,9 @@ install_guard(Oid relid, Oid fn, const char *function, const GuardArgs *g)
 	StringInfoData args;
 
 	check_guardable(relid, g->relid);
+	/* a table below a guarded one, or one that DDL just altered */
+	if (g->nargs > 0 && g->args[0][0])
+		check_no_default_named(relid, g->args[0], true);
 	initStringInfo(&args);
 	for (int i = 0; i < g->nargs; i++)
 		appendStringInfo(&args, "%s%s", i ? ", " : "", quote_literal_cstr(g->args[i]));
@@ -1087,6 +1152,7 @@ fence_protect(PG_FUNCTION_ARGS)
 
 		check_token_type(rel, tokenColumn, get_atttype(RelationGetRelid(rel), tokenAttnum), true);
 		check_not_generated(rel, TupleDescAttr(RelationGetDescr(rel), tokenAttnum - 1));
+		check_no_default(rel, TupleDescAttr(RelationGetDescr(rel), tokenAttnum - 1), true);
 	}
 	else
 		tokenColumn = "";

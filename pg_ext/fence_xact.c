@@ -27,6 +27,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
 #include "../core/fence_held.h"
@@ -63,6 +64,39 @@ xact_realloc(void *ptr, size_t size)
 
 static const FenceAllocator xactAllocator = {xact_alloc, xact_realloc, pfree};
 
+/* synchronous_commit's values, weakest first (access/xact.h) */
+static int
+sync_commit_level(const char *name)
+{
+	static const char *const names[] = {"off", "local", "remote_write", "on", "remote_apply"};
+
+	for (int i = 0; i < lengthof(names); i++)
+		if (name && pg_strcasecmp(name, names[i]) == 0)
+			return i;
+	return SYNCHRONOUS_COMMIT_ON;
+}
+
+/*
+ * A transaction that raised a highest accepted token commits at least as
+ * synchronously as the server is configured to (synchronous_commit's reset
+ * value: postgresql.conf, ALTER DATABASE or ALTER ROLE ... SET), whatever
+ * the session set for itself: a commit acknowledged before a synchronous
+ * standby confirmed it is lost at a failover, and the stale holder's token
+ * is then accepted again. SET LOCAL, so the session's own value is back
+ * when the transaction ends. The local flush is forced in any case
+ * (ForceSyncCommit in fence_tokens.c). A transaction that only accepted
+ * the current highest again is left alone.
+ */
+static void
+commit_advance_synchronously(void)
+{
+	const char *configured = GetConfigOptionResetString("synchronous_commit");
+
+	if (synchronous_commit < sync_commit_level(configured))
+		(void) set_config_option("synchronous_commit", configured, PGC_USERSET,
+								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, ERROR, false);
+}
+
 static void
 at_xact_end(XactEvent event, void *arg)
 {
@@ -71,7 +105,10 @@ at_xact_end(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PRE_PREPARE:
 			if (heldReady && written.n_entries > 0)
+			{
 				fence_xact_flush();
+				commit_advance_synchronously();
+			}
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:

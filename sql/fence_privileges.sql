@@ -49,6 +49,14 @@ SELECT fence_current('pv:orders');
 -- no fence function runs as SECURITY DEFINER
 SELECT proname, prosecdef FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'fence') ORDER BY 1, 2;
+-- which functions PUBLIC may execute (pg_ext/fence--1.4--1.5.sql says why
+-- for each): not fence_reset, nor the internal trigger functions
+SELECT p.oid::regprocedure AS function, has_function_privilege('public', p.oid, 'EXECUTE') AS public
+FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+	AND d.deptype = 'e'
+WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'fence')
+  AND p.proname NOT LIKE 'fence\_lease\_holder\_%'
+ORDER BY 2, 1;
 DROP TABLE orders;
 DROP OWNED BY fence_app, fence_ops;
 DROP ROLE fence_app, fence_ops;

@@ -58,6 +58,29 @@ SELECT has_table_privilege('public', 'fence_stats', 'SELECT') AS public_reads, f
 SELECT fence_acquire('up:lease', 'upgraded', 60000) AS granted;
 SELECT fence_acquire('up:r', 'upgraded', 60000) AS above_accepted;
 SELECT resource, holder, token FROM fence_leases WHERE resource LIKE 'up:%' ORDER BY resource;
+-- 1.5: fence's internal trigger functions are no longer executable by
+-- PUBLIC (a role could attach fence_tokens_changed to a table of its own
+-- and keep every fence out); the triggers that use them still fire
+CREATE VIEW up_public_exec AS
+	SELECT p.oid::regprocedure AS function
+	FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+		AND d.deptype = 'e'
+	WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'fence')
+	  AND p.proname IN ('fence_tokens_changed', 'fence_guard_hierarchy', 'fence_guard', 'fence_reset')
+	  AND has_function_privilege('public', p.oid, 'EXECUTE')
+	ORDER BY p.oid::regprocedure::text;
+SELECT * FROM up_public_exec;
+ALTER EXTENSION fence UPDATE TO '1.5';
+SELECT extversion FROM pg_extension WHERE extname = 'fence';
+SELECT * FROM up_public_exec;
+DROP VIEW up_public_exec;
+-- 1.5: fence_terminate ends the sessions holding a fence below a token
+-- (tests/pg_terminate.py); nobody holds one here
+SELECT fence_terminate('up:r', 7) AS ended, has_function_privilege('public',
+	'fence_terminate(text, bigint)', 'EXECUTE') AS public_may_call;
+SELECT fence_terminate('up:r', 1);
+SELECT fence_terminate(NULL, 1);
+SELECT fence_terminate('up:r', -1);
 -- the data and the guard came through the upgrades
 SELECT resource, token FROM fence_tokens WHERE resource LIKE 'up:%' ORDER BY resource;
 INSERT INTO up VALUES (2, 4);
