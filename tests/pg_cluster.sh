@@ -18,6 +18,8 @@ if [ "$FENCE_PG_MAJOR" = 15 ]; then
 else
 	PG_BINDIR=$(bash "$(dirname "${BASH_SOURCE[0]}")/tools/pg_major.sh" "$FENCE_PG_MAJOR") || PG_BINDIR=/nonexistent
 fi
+# psql, pg_regress and pg_isolation_regress are Debian 15's for every major
+PG_CLIENT_BINDIR=$(pg_config --bindir)
 PG_SERVER_OPTS=${PG_SERVER_OPTS:-}
 
 as_postgres() {

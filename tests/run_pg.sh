@@ -65,7 +65,7 @@ tests=$(ls sql/*.sql 2>/dev/null | xargs -n1 basename 2>/dev/null | sed 's/\.sql
 [ "$FENCE_EDITION" = sql ] && tests=$(echo "$tests" | grep -v -x -E "$SQL_EDITION_SKIP")
 if [ -n "$tests" ]; then
 	as_postgres "$PGXS_DIR/test/regress/pg_regress" --inputdir="$PG_WORK/inputs" \
-		--outputdir="$out/regress" --bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" \
+		--outputdir="$out/regress" --bindir="$PG_CLIENT_BINDIR" --host="$PGHOST" --port="$PGPORT" \
 		--user=postgres --dbname=contrib_regression $use_existing $tests > "$out/regress.log" 2>&1
 	cp "$out/regress.log" "$RESULTS/pg_regress.log"
 	tap_from_pg_regress "pg regress$edition_label" "$out/regress.log" $tests
@@ -80,7 +80,7 @@ specs=$(ls specs/*.spec 2>/dev/null | xargs -n1 basename 2>/dev/null | sed 's/\.
 [ "$FENCE_EDITION" = sql ] && specs=$(echo "$specs" | grep -v -x -E "$SQL_EDITION_SKIP")
 if [ -n "$specs" ]; then
 	as_postgres "$PGXS_DIR/test/isolation/pg_isolation_regress" --inputdir="$PG_WORK/inputs" \
-		--outputdir="$out/isolation" --bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" \
+		--outputdir="$out/isolation" --bindir="$PG_CLIENT_BINDIR" --host="$PGHOST" --port="$PGPORT" \
 		--user=postgres --dbname=isolation_regression $use_existing $specs > "$out/isolation.log" 2>&1
 	cp "$out/isolation.log" "$RESULTS/pg_isolation.log"
 	tap_from_pg_regress "pg isolation$edition_label" "$out/isolation.log" $specs
