@@ -9,6 +9,8 @@ set -u
 # upgrade path of the C extension's scripts, its token cache and its
 # lock-table announcement of an escalation.
 SQL_EDITION_SKIP='fence_upgrade|fence_cache_(rc|rr|ser)|fence_light_(rc|rr|ser)'
+# and the SQL edition's own topic, not run against the C extension
+C_EDITION_SKIP='fence_sql_edition'
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pg_cluster.sh"
 cd "$FENCE_ROOT"
@@ -62,7 +64,11 @@ tap_from_pg_regress() {	# LABEL LOG TEST...: one line per test; a test the log d
 }
 
 tests=$(ls sql/*.sql 2>/dev/null | xargs -n1 basename 2>/dev/null | sed 's/\.sql$//')
-[ "$FENCE_EDITION" = sql ] && tests=$(echo "$tests" | grep -v -x -E "$SQL_EDITION_SKIP")
+if [ "$FENCE_EDITION" = sql ]; then
+	tests=$(echo "$tests" | grep -v -x -E "$SQL_EDITION_SKIP")
+else
+	tests=$(echo "$tests" | grep -v -x -E "$C_EDITION_SKIP")
+fi
 if [ -n "$tests" ]; then
 	as_postgres "$PGXS_DIR/test/regress/pg_regress" --inputdir="$PG_WORK/inputs" \
 		--outputdir="$out/regress" --bindir="$PG_CLIENT_BINDIR" --host="$PGHOST" --port="$PGPORT" \
