@@ -99,6 +99,9 @@ fi
 "$PYTHON" tests/corpus_runner.py --engine pg
 
 [ "$using_running" -eq 1 ] && exit 0
+# the SQL edition's pg_tle form, as CREATE EXTENSION runs it (Debian's
+# server only: it has extension_destdir)
+[ "$FENCE_EDITION" = sql ] && [ "$FENCE_PG_MAJOR" = 15 ] && bash tests/tools/sql_edition_tle_check.sh
 # the Python tests exercise the C edition's internals and its library
 [ "$FENCE_EDITION" = sql ] && exit 0
 # From a directory the postgres user can enter: the checkout may be one it
