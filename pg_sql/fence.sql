@@ -304,9 +304,12 @@ BEGIN
 			END IF;
 			RETURN false;
 		END IF;
-	ELSE
+	ELSIF current_setting('fence.escalated', true) IS DISTINCT FROM 'share'
+		  AND current_setting('fence.escalated', true) IS DISTINCT FROM 'exclusive' THEN
 		-- a token below the committed highest is stale whatever is in
-		-- flight (the highest never falls, except by fence_reset)
+		-- flight (the highest never falls, except by fence_reset): refused
+		-- without taking the resource's lock (an escalated transaction
+		-- takes none, and reads once, below)
 		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
 		IF h IS NOT NULL AND t < h THEN
 			IF raise_stale THEN
@@ -561,7 +564,11 @@ BEGIN
 		new_r := res;
 		old_r := res;
 	ELSE
-		IF (SELECT pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
+		-- the key's type, checked where every write passes (fence_guard_row;
+		-- fence_guard fires first, but its accept is undone with the
+		-- statement when fence_guard_row then refuses)
+		IF TG_NAME = 'fence_guard_row' AND
+		   (SELECT pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
 			 WHERE a.attrelid = TG_RELID AND a.attname = keycol AND NOT a.attisdropped)
 		   IS DISTINCT FROM split_part(kind, '/', 2) THEN
 			RAISE EXCEPTION USING ERRCODE = '42804',
@@ -569,21 +576,32 @@ BEGIN
 					keycol, TG_TABLE_NAME),
 				HINT = 'Change it back, or protect the table again with fence_protect().';
 		END IF;
+		-- the key as ::text gives it (bpchar without its padding; inet and
+		-- cidr through their own types); fence_protect allows no other
+		-- type whose JSON text differs from ::text
 		IF TG_OP <> 'DELETE' THEN
 			j := to_jsonb(NEW);
 			new_r := j ->> keycol;
-			IF new_r IS NULL THEN
-				RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'invalid fencing key: NULL';
-			END IF;
-			new_r := res || fence__key_text(new_r, split_part(kind, '/', 1));
-			PERFORM fence__check_text(new_r, 'resource');
 		END IF;
 		IF TG_OP <> 'INSERT' THEN
 			old_r := to_jsonb(OLD) ->> keycol;
-			IF old_r IS NULL THEN
-				RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'invalid fencing key: NULL';
-			END IF;
-			old_r := res || fence__key_text(old_r, split_part(kind, '/', 1));
+		END IF;
+		IF (TG_OP <> 'DELETE' AND new_r IS NULL) OR (TG_OP <> 'INSERT' AND old_r IS NULL) THEN
+			RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'invalid fencing key: NULL';
+		END IF;
+		kind := split_part(kind, '/', 1);
+		IF kind <> '' THEN
+			new_r := CASE kind WHEN 'bpchar' THEN rtrim(new_r, ' ') WHEN 'inet' THEN new_r::inet::text
+							   ELSE new_r::cidr::text END;
+			old_r := CASE kind WHEN 'bpchar' THEN rtrim(old_r, ' ') WHEN 'inet' THEN old_r::inet::text
+							   ELSE old_r::cidr::text END;
+		END IF;
+		new_r := res || new_r;
+		old_r := res || old_r;
+		IF octet_length(new_r) > 1024 THEN
+			PERFORM fence__check_text(new_r, 'resource');
+		END IF;
+		IF octet_length(old_r) > 1024 THEN
 			PERFORM fence__check_text(old_r, 'resource');
 		END IF;
 	END IF;
@@ -978,17 +996,25 @@ DECLARE
 	ns regnamespace := (SELECT c.relnamespace FROM pg_catalog.pg_class c
 						 WHERE c.oid = 'fence_tokens'::regclass);
 BEGIN
+	-- SECURITY DEFINER functions, and those that name fence's objects
+	-- while running as their caller, pin search_path; the internal helpers
+	-- they call run under that pinned path (a function with a SET clause
+	-- costs a setting change per call, on the hot path)
 	FOR f IN
 		SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
 		 WHERE p.pronamespace = ns AND p.proname LIKE 'fence%'
-		   AND p.proname NOT IN ('fence_edition', 'fence_stats_read', 'fence_stats_scope')
+		   AND (p.prosecdef OR p.proname IN ('fence_protect', 'fence_unprotect', 'fence__protect',
+											 'fence__unprotect'))
 	LOOP
 		EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', f, ns);
-		IF (SELECT p.proname FROM pg_catalog.pg_proc p WHERE p.oid = f) IN
+	END LOOP;
+	FOR f IN
+		SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+		 WHERE p.pronamespace = ns AND p.proname IN
 			('fence__accept', 'fence__advance', 'fence__remember', 'fence__escalate', 'fence__present',
-			 'fence__require', 'fence__lease_lock', 'fence__lease_end', 'fence__lock') THEN
-			EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
-		END IF;
+			 'fence__require', 'fence__lease_lock', 'fence__lease_end', 'fence__lock', 'fence__mine')
+	LOOP
+		EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
 	END LOOP;
 END
 $$;
