@@ -77,4 +77,28 @@ INSERT INTO se_key VALUES (2, 1);
 SELECT fence_protect('se_key', 'tok', 'se:key:', 'k');
 INSERT INTO se_key VALUES (2, 1);
 SELECT resource FROM fence_tokens WHERE resource LIKE 'se:key:%' ORDER BY 1;
-DROP TABLE se_def, se_ident, se_rows, se_key;
+-- a user's BEFORE ROW trigger that sorts after the guard runs after the
+-- check (the C edition refuses every write while one exists, 55000): here
+-- it can change the token after the guard judged it
+CREATE TABLE se_order (id int, tok bigint);
+SELECT fence_protect('se_order', 'tok', 'se:order');
+CREATE FUNCTION se_bump() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN NEW.tok := NEW.tok + 100; RETURN NEW; END $$;
+CREATE TRIGGER zz_after_guard BEFORE INSERT ON se_order FOR EACH ROW EXECUTE FUNCTION se_bump();
+INSERT INTO se_order VALUES (1, 1);
+SELECT id, tok, fence_current('se:order') AS highest FROM se_order;
+-- errors carry a CONTEXT line naming the PL/pgSQL function (the C
+-- edition's carry none); message, DETAIL, HINT and SQLSTATE are the same
+DO $$
+DECLARE
+	st text;
+	ctx text;
+BEGIN
+	PERFORM fence_check('se:order', 0);
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, ctx = PG_EXCEPTION_CONTEXT;
+	RAISE NOTICE 'sqlstate %, context names fence_check: %', st, ctx LIKE '%PL/pgSQL function fence_check(text,bigint)%';
+END
+$$;
+DROP TABLE se_def, se_ident, se_rows, se_key, se_order;
+DROP FUNCTION se_bump();

@@ -41,5 +41,19 @@ expected=$(printf '5\nf\n\n2\nsql')
 [ $status -eq 0 ] && [ "$out" = "$expected" ]
 report $? "pg_tle form: its script installs with CREATE EXTENSION by a non-superuser into a schema, fences, and registers fence_tokens and fence_leases for pg_dump"
 [ "$out" = "$expected" ] || echo "$out" | sed 's/^/#   /'
-psql -X -q -d postgres -c "DROP DATABASE tle_check" -c "DROP ROLE tle_owner" >/dev/null 2>&1
+psql -X -q -d postgres -c "DROP DATABASE tle_check" >/dev/null 2>&1
+
+# The plain form: psql -f by the owner of a database, no superuser, into a
+# schema of its choice
+psql -X -q -d postgres -c "CREATE DATABASE plain_check OWNER tle_owner" >/dev/null 2>&1
+out=$(psql -X -q -At -v ON_ERROR_STOP=1 -U tle_owner -d plain_check \
+	-c 'CREATE SCHEMA fencing' -c 'SET search_path = fencing' -f pg_sql/fence.sql \
+	-c 'RESET search_path' -c "SELECT fencing.fence_check('plain:r', 3)" \
+	-c "SELECT rolsuper FROM pg_roles WHERE rolname = current_user" \
+	-c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'fencing'::regnamespace AND prosecdef" 2>&1)
+status=$?
+[ $status -eq 0 ] && [ "$(echo "$out" | tail -3 | tr '\n' ' ')" = "3 f 9 " ]
+report $? "plain form: psql -f pg_sql/fence.sql by a database owner without superuser, into a schema of its choice"
+[ "$(echo "$out" | tail -3 | tr "\n" " ")" = "3 f 9 " ] || echo "$out" | tail -5 | sed 's/^/#   /'
+psql -X -q -d postgres -c "DROP DATABASE plain_check" -c "DROP ROLE tle_owner" >/dev/null 2>&1
 exit 0
