@@ -4,6 +4,12 @@
 CREATE EXTENSION IF NOT EXISTS fence;
 \set SHOW_CONTEXT never
 SELECT fence_edition();
+-- every function PUBLIC may call (the C edition's names; no function that
+-- ends other backends: docs/sql-edition.md, row 18)
+SELECT p.oid::regprocedure AS function FROM pg_proc p
+ WHERE p.proname LIKE 'fence%' AND p.pronamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'fence_tokens'::regclass)
+   AND has_function_privilege('public', p.oid, 'EXECUTE') AND p.proname NOT LIKE 'fence\_\_%'
+ ORDER BY 1::text;
 -- privileges: the functions that write fence_tokens run as their owner
 -- with a pinned search_path; the internal ones are not PUBLIC's
 SELECT proname, prosecdef, proconfig FROM pg_proc
