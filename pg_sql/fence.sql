@@ -237,6 +237,13 @@ BEGIN
 	IF to_regclass('pg_temp.fence_held_more') IS NULL THEN
 		CREATE TEMP TABLE fence_held_more (resource text PRIMARY KEY, token bigint NOT NULL)
 			ON COMMIT DELETE ROWS;
+	ELSIF (SELECT c.relowner FROM pg_catalog.pg_class c
+			WHERE c.oid = 'pg_temp.fence_held_more'::regclass) <> (SELECT r.oid FROM pg_catalog.pg_roles r
+			WHERE r.rolname = current_user) THEN
+		-- not the table fence made (a session's own of that name): refuse
+		RAISE EXCEPTION USING ERRCODE = '55000',
+			MESSAGE = 'fence: pg_temp.fence_held_more was not created by fence',
+			HINT = 'Drop that temporary table; fence keeps the fences of a large transaction in it.';
 	END IF;
 	PERFORM pg_catalog.set_config('fence.escalated', 'share', true);
 END
