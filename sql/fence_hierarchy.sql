@@ -45,9 +45,16 @@ TRUNCATE h_part_us;
 SELECT fence_protect('h_part', 'tok', 'hi:part');
 TRUNCATE h_part_us;
 SELECT id, region, tok FROM h_part ORDER BY id;
+-- an inheritance child created after fence_protect (the SQL edition guards
+-- it once fence_protect runs again)
+CREATE TABLE h_child2 () INHERITS (h_parent);
+INSERT INTO h_child2 VALUES (9, 1);
+SELECT fence_protect('h_parent', 'tok', 'hi:inh');
+INSERT INTO h_child2 VALUES (10, 1);
+SELECT id, tok FROM h_parent ORDER BY id;
 -- fence_unprotect removes the guard from the whole hierarchy
 SELECT fence_unprotect('h_part');
 SELECT fence_unprotect('h_parent');
 SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
  WHERE c.relname LIKE 'h\_%' AND t.tgname LIKE 'fence%';
-DROP TABLE h_part, h_parent, h_child;
+DROP TABLE h_part, h_parent, h_child, h_child2;
