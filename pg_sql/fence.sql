@@ -216,6 +216,9 @@ BEGIN
 			PERFORM pg_advisory_xact_lock_shared(k1, k2);
 		ELSIF what = 'exclusive' THEN
 			PERFORM pg_advisory_xact_lock(k1, k2);
+		ELSIF what = 'ROW SHARE+share' THEN
+			LOCK TABLE fence_tokens IN ROW SHARE MODE;
+			PERFORM pg_advisory_xact_lock_shared(k1, k2);
 		ELSIF what = 'ROW SHARE' THEN
 			LOCK TABLE fence_tokens IN ROW SHARE MODE;
 		ELSIF what = 'SHARE' THEN
@@ -311,12 +314,15 @@ BEGIN
 			END IF;
 			RETURN false;
 		END IF;
-	ELSIF current_setting('fence.escalated', true) IS DISTINCT FROM 'share'
+	ELSIF NOT raise_stale AND current_setting('fence.escalated', true) IS DISTINCT FROM 'share'
 		  AND current_setting('fence.escalated', true) IS DISTINCT FROM 'exclusive' THEN
-		-- a token below the committed highest is stale whatever is in
-		-- flight (the highest never falls, except by fence_reset): refused
-		-- without taking the resource's lock (an escalated transaction
-		-- takes none, and reads once, below)
+		-- fence_try: a token below the committed highest is stale whatever
+		-- is in flight (the highest never falls, except by fence_reset), so
+		-- it is refused without taking the resource's lock, which a
+		-- transaction that goes on after a false would keep (an escalated
+		-- transaction takes none). fence_check's error ends the statement,
+		-- and its locks with it: it takes the lock first and waits for an
+		-- advance in flight, as the C edition does.
 		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
 		IF h IS NOT NULL AND t < h THEN
 			IF raise_stale THEN
@@ -335,12 +341,10 @@ BEGIN
 		held := current_setting('fence.held', true);
 		IF held IS NULL OR held = '' THEN
 			-- the first fence of this transaction: the gate an escalated
-			-- advance waits at
-			PERFORM fence__lock('ROW SHARE');
-		END IF;
-		IF esc IS NULL OR esc = '' THEN
-			IF held IS NOT NULL AND held <> ''
-			   AND (SELECT count(*) FROM jsonb_object_keys(held::jsonb))
+			-- advance waits at, and the resource's lock
+			PERFORM fence__lock('ROW SHARE+share', k1, k2);
+		ELSIF esc IS NULL OR esc = '' THEN
+			IF (SELECT count(*) FROM jsonb_object_keys(held::jsonb))
 				   >= current_setting('max_locks_per_transaction')::integer / 2 THEN
 				PERFORM fence__escalate();
 				esc := 'share';
