@@ -28,9 +28,13 @@
  *    waits for every fenced transaction and every new fence waits for it).
  *  - The highest is read after the lock is held: at READ COMMITTED a new
  *    statement snapshot sees the newest commit; at REPEATABLE READ and
- *    SERIALIZABLE the row is read FOR KEY SHARE (and written with ON
- *    CONFLICT), so a newer highest committed after the snapshot surfaces as
+ *    SERIALIZABLE the row is read FOR SHARE (FOR KEY SHARE would not
+ *    conflict with the advance's no-key UPDATE, and would lock the old
+ *    version without a word) and a first token is written with ON
+ *    CONFLICT, so a newer highest committed after the snapshot surfaces as
  *    40001, never as an accepted stale token.
+ *  - Locks are taken inside a subtransaction (fence__lock), so that they
+ *    belong to the transaction or savepoint, never to a cursor's portal.
  *  - What this transaction holds is kept in the transaction-local setting
  *    fence.held (a jsonb object resource -> token; SET LOCAL semantics, so
  *    a rolled-back savepoint forgets it together with its locks), and past
