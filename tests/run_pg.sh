@@ -102,6 +102,16 @@ fi
 # the SQL edition's pg_tle form, as CREATE EXTENSION runs it (Debian's
 # server only: it has extension_destdir)
 [ "$FENCE_EDITION" = sql ] && [ "$FENCE_PG_MAJOR" = 15 ] && bash tests/tools/sql_edition_tle_check.sh
+# the invariant under eight racing connections, on every major
+if [ "$FENCE_EDITION" = sql ]; then
+	race_out=$(mktemp)
+	(cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/tests/tools/sql_edition_race.py") 2>&1 | tee "$race_out"
+	status=${PIPESTATUS[0]}
+	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$race_out"; then
+		echo "not ok - sql_edition_race.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
+	fi
+	rm -f "$race_out"
+fi
 # the Python tests exercise the C edition's internals and its library
 [ "$FENCE_EDITION" = sql ] && exit 0
 # From a directory the postgres user can enter: the checkout may be one it
