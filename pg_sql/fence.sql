@@ -112,7 +112,7 @@ END
 $$;
 
 -- invalid fencing WHAT: raise class 22 (22004 for NULL), as the C edition.
-CREATE FUNCTION fence__check_text(v text, what text, max_bytes integer DEFAULT 1024) RETURNS void
+CREATE FUNCTION fence__check_text(v text, what text, max_bytes integer DEFAULT 1024) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
 	IF v IS NULL THEN
@@ -123,10 +123,11 @@ BEGIN
 		RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format(
 			'invalid fencing %s: %s bytes, at most %s allowed', what, octet_length(v), max_bytes);
 	END IF;
+	RETURN true;
 END
 $$;
 
-CREATE FUNCTION fence__check_token(t bigint, what text DEFAULT 'token') RETURNS void
+CREATE FUNCTION fence__check_token(t bigint, what text DEFAULT 'token') RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
 	IF t IS NULL THEN
@@ -134,6 +135,7 @@ BEGIN
 	ELSIF t < 0 THEN
 		RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format('invalid fencing %s: %s is negative', what, t);
 	END IF;
+	RETURN true;
 END
 $$;
 
@@ -185,9 +187,10 @@ $$;
 
 -- Remember that this transaction is fenced on r at t (SET LOCAL: a
 -- rolled-back savepoint forgets it, as it releases the lock).
-CREATE FUNCTION fence__remember(r text, t bigint) RETURNS void
+CREATE FUNCTION fence__remember(r text, t bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
+	_s text;
 	held text := current_setting('fence.held', true);
 	j jsonb;
 BEGIN
@@ -198,11 +201,12 @@ BEGIN
 	END IF;
 	IF j ? r OR current_setting('fence.escalated', true) NOT IN ('share', 'exclusive')
 	   OR current_setting('fence.escalated', true) IS NULL THEN
-		PERFORM pg_catalog.set_config('fence.held', (j || jsonb_build_object(r, t))::text, true);
+		_s := pg_catalog.set_config('fence.held', (j || jsonb_build_object(r, t))::text, true);
 	ELSE
 		INSERT INTO pg_temp.fence_held_more AS m VALUES (r, t)
 			ON CONFLICT (resource) DO UPDATE SET token = excluded.token;
 	END IF;
+	RETURN true;
 END
 $$;
 
@@ -212,7 +216,7 @@ $$;
 -- cursor's portal, which would keep it past a rolled-back savepoint.
 -- what: 'share', 'exclusive' (the resource's advisory lock, k1/k2), or
 -- 'ROW SHARE', 'SHARE', 'EXCLUSIVE' (fence_tokens' own lock).
-CREATE FUNCTION fence__lock(what text, k1 integer DEFAULT 0, k2 integer DEFAULT 0) RETURNS void
+CREATE FUNCTION fence__lock(what text, k1 integer DEFAULT 0, k2 integer DEFAULT 0) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
 	BEGIN
@@ -233,14 +237,18 @@ BEGIN
 	EXCEPTION WHEN SQLSTATE 'FNC99' THEN
 		NULL;	-- never raised: the clause makes the block a subtransaction
 	END;
+	RETURN true;
 END
 $$;
 
 -- Escalate: SHARE on fence_tokens instead of one lock per further resource.
-CREATE FUNCTION fence__escalate() RETURNS void
+CREATE FUNCTION fence__escalate() RETURNS boolean
 LANGUAGE plpgsql AS $$
+DECLARE
+	_ok boolean;
+	_s text;
 BEGIN
-	PERFORM fence__lock('SHARE');
+	_ok := fence__lock('SHARE');
 	IF to_regclass('pg_temp.fence_held_more') IS NULL THEN
 		CREATE TEMP TABLE fence_held_more (resource text PRIMARY KEY, token bigint NOT NULL)
 			ON COMMIT DELETE ROWS;
@@ -252,7 +260,8 @@ BEGIN
 			MESSAGE = 'fence: pg_temp.fence_held_more was not created by fence',
 			HINT = 'Drop that temporary table; fence keeps the fences of a large transaction in it.';
 	END IF;
-	PERFORM pg_catalog.set_config('fence.escalated', 'share', true);
+	_s := pg_catalog.set_config('fence.escalated', 'share', true);
+	RETURN true;
 END
 $$;
 
@@ -265,12 +274,13 @@ CREATE FUNCTION fence__advance(r text, t bigint, k1 integer, k2 integer, esc tex
 	RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
+	_ok boolean;
 	h bigint;
 BEGIN
 	IF esc = 'share' THEN
-		PERFORM fence__lock('EXCLUSIVE');
+		_ok := fence__lock('EXCLUSIVE');
 	ELSIF esc IS NULL OR esc NOT IN ('share', 'exclusive') THEN
-		PERFORM fence__lock('exclusive', k1, k2);
+		_ok := fence__lock('exclusive', k1, k2);
 	END IF;
 	IF rc THEN
 		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
@@ -298,6 +308,8 @@ $$;
 CREATE FUNCTION fence__accept(r text, t bigint, raise_stale boolean) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
+	_ok boolean;
+	_s text;
 	mine bigint;
 	h bigint;
 	k bigint;
@@ -346,14 +358,14 @@ BEGIN
 		IF held IS NULL OR held = '' THEN
 			-- the first fence of this transaction: the gate an escalated
 			-- advance waits at, and the resource's lock
-			PERFORM fence__lock('ROW SHARE+share', k1, k2);
+			_ok := fence__lock('ROW SHARE+share', k1, k2);
 		ELSIF esc IS NULL OR esc = '' THEN
 			IF (SELECT count(*) FROM jsonb_object_keys(held::jsonb))
 				   >= current_setting('max_locks_per_transaction')::integer / 2 THEN
-				PERFORM fence__escalate();
+				_ok := fence__escalate();
 				esc := 'share';
 			ELSE
-				PERFORM fence__lock('share', k1, k2);
+				_ok := fence__lock('share', k1, k2);
 			END IF;
 		END IF;
 		IF rc THEN
@@ -367,7 +379,7 @@ BEGIN
 			END IF;
 			RETURN false;
 		ELSIF h IS NOT NULL AND t = h THEN
-			PERFORM fence__remember(r, t);
+			_ok := fence__remember(r, t);
 			RETURN true;
 		END IF;
 	END IF;
@@ -396,12 +408,12 @@ BEGIN
 		END;
 	END IF;
 	IF esc = 'share' THEN
-		PERFORM pg_catalog.set_config('fence.escalated', 'exclusive', true);
+		_s := pg_catalog.set_config('fence.escalated', 'exclusive', true);
 	END IF;
 	-- an acknowledged advance must be durable (issue 26): whatever the
 	-- session set, this transaction commits synchronously
-	PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
-	PERFORM fence__remember(r, t);
+	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	_ok := fence__remember(r, t);
 	RETURN true;
 END
 $$;
@@ -413,10 +425,12 @@ $$;
 -- Not STRICT: a NULL argument raises 22004 instead of returning NULL.
 CREATE FUNCTION fence_check(resource text, token bigint) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+	_ok boolean;
 BEGIN
-	PERFORM fence__check_text(resource, 'resource');
-	PERFORM fence__check_token(token);
-	PERFORM fence__accept(resource, token, true);
+	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_token(token);
+	_ok := fence__accept(resource, token, true);
 	RETURN token;
 END
 $$;
@@ -425,9 +439,11 @@ COMMENT ON FUNCTION fence_check(text, bigint) IS
 
 CREATE FUNCTION fence_try(resource text, token bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+	_ok boolean;
 BEGIN
-	PERFORM fence__check_text(resource, 'resource');
-	PERFORM fence__check_token(token);
+	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_token(token);
 	RETURN fence__accept(resource, token, false);
 END
 $$;
@@ -437,9 +453,10 @@ COMMENT ON FUNCTION fence_try(text, bigint) IS
 CREATE FUNCTION fence_current(resource text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
 DECLARE
+	_ok boolean;
 	h bigint;
 BEGIN
-	PERFORM fence__check_text(resource, 'resource');
+	_ok := fence__check_text(resource, 'resource');
 	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = fence_current.resource;
 	RETURN h;
 END
@@ -450,22 +467,24 @@ COMMENT ON FUNCTION fence_current(text) IS
 CREATE FUNCTION fence_reset(resource text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
+	_ok boolean;
+	_s text;
 	k bigint;
 	held text;
 BEGIN
-	PERFORM fence__check_text(resource, 'resource');
+	_ok := fence__check_text(resource, 'resource');
 	IF current_setting('fence.escalated', true) IN ('share', 'exclusive') THEN
-		PERFORM fence__lock('EXCLUSIVE');
-		PERFORM pg_catalog.set_config('fence.escalated', 'exclusive', true);
+		_ok := fence__lock('EXCLUSIVE');
+		_s := pg_catalog.set_config('fence.escalated', 'exclusive', true);
 		DELETE FROM pg_temp.fence_held_more m WHERE m.resource = fence_reset.resource;
 	ELSE
 		k := hashtextextended(resource, 17989);
-		PERFORM fence__lock('exclusive', (k >> 32)::integer, ((k << 32) >> 32)::integer);
+		_ok := fence__lock('exclusive', (k >> 32)::integer, ((k << 32) >> 32)::integer);
 	END IF;
 	DELETE FROM fence_tokens f WHERE f.resource = fence_reset.resource;
 	held := current_setting('fence.held', true);
 	IF held IS NOT NULL AND held <> '' THEN
-		PERFORM pg_catalog.set_config('fence.held', (held::jsonb - resource)::text, true);
+		_s := pg_catalog.set_config('fence.held', (held::jsonb - resource)::text, true);
 	END IF;
 END
 $$;
@@ -504,26 +523,29 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- Present a row's token (NULL is 23T02) under the resource.
-CREATE FUNCTION fence__present(r text, tok text, col text) RETURNS void
+CREATE FUNCTION fence__present(r text, tok text, col text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
+	_ok boolean;
 	t bigint;
 BEGIN
 	IF tok IS NULL THEN
 		PERFORM fence__raise_missing(r, 'null', col);
 	END IF;
 	t := tok::bigint;
-	PERFORM fence__check_token(t);
-	PERFORM fence__accept(r, t, true);
+	_ok := fence__check_token(t);
+	_ok := fence__accept(r, t, true);
+	RETURN true;
 END
 $$;
 
-CREATE FUNCTION fence__require(r text) RETURNS void
+CREATE FUNCTION fence__require(r text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
 	IF fence__mine(r) IS NULL THEN
 		PERFORM fence__raise_missing(r, 'unfenced', NULL);
 	END IF;
+	RETURN true;
 END
 $$;
 
@@ -546,6 +568,7 @@ $$;
 CREATE FUNCTION fence_guard() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
+	_ok boolean;
 	tokcol text;
 	res text;
 	keycol text;
@@ -570,7 +593,7 @@ BEGIN
 				DETAIL = 'Each row has its own resource, and TRUNCATE sees no rows.',
 				HINT = 'DELETE the rows in a transaction fenced on each of them.';
 		END IF;
-		PERFORM fence__require(res);
+		_ok := fence__require(res);
 		RETURN NULL;
 	END IF;
 
@@ -614,10 +637,10 @@ BEGIN
 		new_r := res || new_r;
 		old_r := res || old_r;
 		IF octet_length(new_r) > 1024 THEN
-			PERFORM fence__check_text(new_r, 'resource');
+			_ok := fence__check_text(new_r, 'resource');
 		END IF;
 		IF octet_length(old_r) > 1024 THEN
-			PERFORM fence__check_text(old_r, 'resource');
+			_ok := fence__check_text(old_r, 'resource');
 		END IF;
 	END IF;
 
@@ -631,9 +654,9 @@ BEGIN
 		IF j IS NULL THEN
 			j := to_jsonb(NEW);
 		END IF;
-		PERFORM fence__present(old_r, j ->> tokcol, tokcol);
+		_ok := fence__present(old_r, j ->> tokcol, tokcol);
 		IF new_r IS DISTINCT FROM old_r THEN
-			PERFORM fence__present(new_r, j ->> tokcol, tokcol);
+			_ok := fence__present(new_r, j ->> tokcol, tokcol);
 		END IF;
 		RETURN NEW;
 	END IF;
@@ -643,19 +666,19 @@ BEGIN
 			IF j IS NULL THEN
 				j := to_jsonb(NEW);
 			END IF;
-			PERFORM fence__present(new_r, j ->> tokcol, tokcol);
+			_ok := fence__present(new_r, j ->> tokcol, tokcol);
 		ELSE
-			PERFORM fence__require(new_r);
+			_ok := fence__require(new_r);
 		END IF;
 		RETURN NEW;
 	ELSIF TG_OP = 'UPDATE' THEN
-		PERFORM fence__require(old_r);
+		_ok := fence__require(old_r);
 		IF new_r IS DISTINCT FROM old_r THEN
-			PERFORM fence__require(new_r);
+			_ok := fence__require(new_r);
 		END IF;
 		RETURN NEW;
 	ELSE
-		PERFORM fence__require(old_r);
+		_ok := fence__require(old_r);
 		RETURN OLD;
 	END IF;
 END
@@ -670,6 +693,7 @@ CREATE FUNCTION fence__protect(tbl regclass, token_column name, resource text, k
 							   per_row boolean) RETURNS void
 LANGUAGE plpgsql SECURITY INVOKER AS $$
 DECLARE
+	_ok boolean;
 	func text := 'fence_protect';
 	rel record;
 	att record;
@@ -681,7 +705,7 @@ BEGIN
 	IF tbl IS NULL THEN
 		RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'invalid fencing table: NULL';
 	END IF;
-	PERFORM fence__check_text(resource, CASE WHEN per_row THEN 'resource' ELSE 'resource' END);
+	_ok := fence__check_text(resource, CASE WHEN per_row THEN 'resource' ELSE 'resource' END);
 	IF per_row AND key_column IS NULL THEN
 		RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'invalid fencing key column: NULL';
 	END IF;
@@ -849,17 +873,20 @@ COMMENT ON FUNCTION fence_unprotect(regclass) IS 'remove the guard of fence_prot
 -- Leases
 -- ---------------------------------------------------------------------
 
-CREATE FUNCTION fence__check_lease(resource text, holder text, ttl_ms bigint) RETURNS void
+CREATE FUNCTION fence__check_lease(resource text, holder text, ttl_ms bigint) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+	_ok boolean;
 BEGIN
-	PERFORM fence__check_text(resource, 'resource');
-	PERFORM fence__check_text(holder, 'lease holder', 256);
+	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_text(holder, 'lease holder', 256);
 	IF ttl_ms IS NULL THEN
 		RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'invalid fencing lease ttl: NULL';
 	ELSIF ttl_ms < 1 OR ttl_ms > 2147483647 THEN
 		RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format(
 			'invalid fencing lease ttl: %s ms, it must be from 1 to 2147483647 ms (about 24.8 days)', ttl_ms);
 	END IF;
+	RETURN true;
 END
 $$;
 
@@ -879,12 +906,14 @@ CREATE FUNCTION fence_acquire(resource text, holder text, ttl_ms bigint) RETURNS
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 #variable_conflict use_variable
 DECLARE
+	_ok boolean;
+	_s text;
 	l record;
 	h bigint;
 	top bigint := 0;
 	now_ts timestamptz := clock_timestamp();
 BEGIN
-	PERFORM fence__check_lease(resource, holder, ttl_ms);
+	_ok := fence__check_lease(resource, holder, ttl_ms);
 	IF current_setting('transaction_read_only') = 'on' THEN
 		RAISE EXCEPTION USING ERRCODE = '25006',
 			MESSAGE = 'cannot execute fence_acquire() in a read-only transaction';
@@ -900,7 +929,7 @@ BEGIN
 		END IF;
 		UPDATE fence_leases f SET expires_at = now_ts + ttl_ms * interval '1 millisecond'
 		 WHERE f.resource = fence_acquire.resource;
-		PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
 		RETURN l.token;
 	END IF;
 	IF FOUND THEN
@@ -919,7 +948,7 @@ BEGIN
 	INSERT INTO fence_leases AS f VALUES (resource, holder, top + 1, now_ts + ttl_ms * interval '1 millisecond')
 		ON CONFLICT ON CONSTRAINT fence_leases_pkey DO UPDATE SET holder = excluded.holder, token = excluded.token,
 			expires_at = excluded.expires_at;
-	PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
 	RETURN top + 1;
 END
 $$;
@@ -930,6 +959,7 @@ CREATE FUNCTION fence__lease_end(resource text, holder text, token bigint, ttl_m
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
+	_s text;
 	l record;
 	now_ts timestamptz := clock_timestamp();
 BEGIN
@@ -944,16 +974,18 @@ BEGIN
 	UPDATE fence_leases f SET expires_at = CASE WHEN ttl_ms IS NULL THEN now_ts
 		ELSE now_ts + ttl_ms * interval '1 millisecond' END
 	 WHERE f.resource = fence__lease_end.resource;
-	PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
 	RETURN true;
 END
 $$;
 
 CREATE FUNCTION fence_renew(resource text, holder text, token bigint, ttl_ms bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+	_ok boolean;
 BEGIN
-	PERFORM fence__check_lease(resource, holder, ttl_ms);
-	PERFORM fence__check_token(token);
+	_ok := fence__check_lease(resource, holder, ttl_ms);
+	_ok := fence__check_token(token);
 	RETURN fence__lease_end(resource, holder, token, ttl_ms);
 END
 $$;
@@ -962,9 +994,11 @@ COMMENT ON FUNCTION fence_renew(text, text, bigint, bigint) IS
 
 CREATE FUNCTION fence_release(resource text, holder text, token bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+	_ok boolean;
 BEGIN
-	PERFORM fence__check_lease(resource, holder, 1);
-	PERFORM fence__check_token(token);
+	_ok := fence__check_lease(resource, holder, 1);
+	_ok := fence__check_token(token);
 	RETURN fence__lease_end(resource, holder, token, NULL);
 END
 $$;
