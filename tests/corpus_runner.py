@@ -145,7 +145,10 @@ class PgEngine:
             admin.execute(f"CREATE DATABASE {self.dbname}")
         self.con = psycopg.connect(dbname=self.dbname, autocommit=True)
         self.con.execute("SET client_min_messages = warning")
-        self.con.execute("CREATE EXTENSION fence")
+        # FENCE_EDITION=sql: the SQL edition is in template1 already
+        # (tests/pg_cluster.sh), so the new database has it
+        if os.environ.get("FENCE_EDITION", "c") != "sql":
+            self.con.execute("CREATE EXTENSION fence")
 
     def run(self, sql):
         try:
@@ -210,7 +213,10 @@ def main():
             engine.close()
         ok = not failures and ran > 0
         failed_any |= not ok
-        print(f"{'ok' if ok else 'not ok'} - corpus {args.engine} {path.stem} ({ran} records)")
+        label = args.engine
+        if args.engine == "pg" and os.environ.get("FENCE_EDITION", "c") == "sql":
+            label = f"pg sql-edition pg{os.environ.get('FENCE_PG_MAJOR', '15')}"
+        print(f"{'ok' if ok else 'not ok'} - corpus {label} {path.stem} ({ran} records)")
         for f in failures:
             print("#   " + f)
     return 1 if failed_any else 0

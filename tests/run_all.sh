@@ -84,6 +84,10 @@ step "examples/, each against the real servers it needs" "$PYTHON" examples/run.
 if [ -x tests/run_pg.sh ]; then
 	step "PostgreSQL suites" bash tests/run_pg.sh
 fi
+# the SQL edition on Debian's 15 and the newest major (make check-versions: 13 to 18)
+if [ -x tests/run_versions.sh ]; then
+	step "PostgreSQL suites, SQL edition, PostgreSQL 15 and 18" bash tests/run_versions.sh 15 18
+fi
 
 passed=$(grep -c '^ok - ' "$log")
 failed=$(grep -c '^not ok - ' "$log")

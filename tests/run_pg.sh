@@ -5,6 +5,12 @@
 # (tests/pg_*.py). One "ok - " or
 # "not ok - " line per test.
 set -u
+# C-only topics, not run against the SQL edition (docs/sql-edition.md): the
+# upgrade path of the C extension's scripts, its token cache and its
+# lock-table announcement of an escalation.
+SQL_EDITION_SKIP='fence_upgrade|fence_cache_(rc|rr|ser)|fence_light_(rc|rr|ser)'
+# and the SQL edition's own topic, not run against the C extension
+C_EDITION_SKIP='fence_sql_edition'
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/pg_cluster.sh"
 cd "$FENCE_ROOT"
@@ -18,7 +24,24 @@ else
 fi
 
 PGXS_DIR=$(dirname "$(pg_config --pgxs)")/..
+# FENCE_EDITION=sql (tests/pg_cluster.sh): the same topics, specs and corpus
+# against the SQL edition, which the cluster put into template1. The tests'
+# "CREATE EXTENSION IF NOT EXISTS fence" becomes a comment (and its NOTICE
+# goes) in copies of the inputs; the databases are made from template1
+# (--use-existing). C-only topics are skipped (docs/sql-edition.md).
+edition_label=""
+use_existing=""
+if [ "$FENCE_EDITION" = sql ]; then
+	edition_label=" sql-edition pg$FENCE_PG_MAJOR"
+	use_existing="--use-existing"
+	"$PYTHON" "$FENCE_ROOT/tests/tools/sql_edition_inputs.py" "$PG_WORK/inputs" || report 1 "SQL edition inputs"
+	for db in contrib_regression isolation_regression; do
+		psql -X -q -d postgres -c "CREATE DATABASE $db" >/dev/null || report 1 "create $db"
+	done
+	chown -R postgres "$PG_WORK/inputs" 2>/dev/null
+fi
 RESULTS=$FENCE_ROOT/tests/results
+[ "$FENCE_EDITION" = sql ] && RESULTS=$FENCE_ROOT/tests/results/sql-pg$FENCE_PG_MAJOR
 mkdir -p "$RESULTS"
 out=$PG_WORK/out
 mkdir -p "$out/regress" "$out/isolation"
@@ -41,12 +64,17 @@ tap_from_pg_regress() {	# LABEL LOG TEST...: one line per test; a test the log d
 }
 
 tests=$(ls sql/*.sql 2>/dev/null | xargs -n1 basename 2>/dev/null | sed 's/\.sql$//')
+if [ "$FENCE_EDITION" = sql ]; then
+	tests=$(echo "$tests" | grep -v -x -E "$SQL_EDITION_SKIP")
+else
+	tests=$(echo "$tests" | grep -v -x -E "$C_EDITION_SKIP")
+fi
 if [ -n "$tests" ]; then
 	as_postgres "$PGXS_DIR/test/regress/pg_regress" --inputdir="$PG_WORK/inputs" \
-		--outputdir="$out/regress" --bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" \
-		--user=postgres --dbname=contrib_regression $tests > "$out/regress.log" 2>&1
+		--outputdir="$out/regress" --bindir="$PG_CLIENT_BINDIR" --host="$PGHOST" --port="$PGPORT" \
+		--user=postgres --dbname=contrib_regression $use_existing $tests > "$out/regress.log" 2>&1
 	cp "$out/regress.log" "$RESULTS/pg_regress.log"
-	tap_from_pg_regress "pg regress" "$out/regress.log" $tests
+	tap_from_pg_regress "pg regress$edition_label" "$out/regress.log" $tests
 	grep -q "tests passed" "$out/regress.log" || grep -q "failed" "$out/regress.log" ||
 		{ report 1 "pg_regress ran"; cat "$out/regress.log"; }
 	rm -rf "$RESULTS/pg_regress"; cp -r "$out/regress/results" "$RESULTS/pg_regress" 2>/dev/null
@@ -55,12 +83,13 @@ if [ -n "$tests" ]; then
 fi
 
 specs=$(ls specs/*.spec 2>/dev/null | xargs -n1 basename 2>/dev/null | sed 's/\.spec$//')
+[ "$FENCE_EDITION" = sql ] && specs=$(echo "$specs" | grep -v -x -E "$SQL_EDITION_SKIP")
 if [ -n "$specs" ]; then
 	as_postgres "$PGXS_DIR/test/isolation/pg_isolation_regress" --inputdir="$PG_WORK/inputs" \
-		--outputdir="$out/isolation" --bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" \
-		--user=postgres --dbname=isolation_regression $specs > "$out/isolation.log" 2>&1
+		--outputdir="$out/isolation" --bindir="$PG_CLIENT_BINDIR" --host="$PGHOST" --port="$PGPORT" \
+		--user=postgres --dbname=isolation_regression $use_existing $specs > "$out/isolation.log" 2>&1
 	cp "$out/isolation.log" "$RESULTS/pg_isolation.log"
-	tap_from_pg_regress "pg isolation" "$out/isolation.log" $specs
+	tap_from_pg_regress "pg isolation$edition_label" "$out/isolation.log" $specs
 	rm -rf "$RESULTS/pg_isolation"; cp -r "$out/isolation/results" "$RESULTS/pg_isolation" 2>/dev/null
 	cp "$out/isolation/regression.diffs" "$RESULTS/pg_isolation.diffs" 2>/dev/null &&
 		head -80 "$RESULTS/pg_isolation.diffs" | sed 's/^/#   /'
@@ -70,6 +99,21 @@ fi
 "$PYTHON" tests/corpus_runner.py --engine pg
 
 [ "$using_running" -eq 1 ] && exit 0
+# the SQL edition's pg_tle form, as CREATE EXTENSION runs it (Debian's
+# server only: it has extension_destdir)
+[ "$FENCE_EDITION" = sql ] && [ "$FENCE_PG_MAJOR" = 15 ] && bash tests/tools/sql_edition_tle_check.sh
+# the invariant under eight racing connections, on every major
+if [ "$FENCE_EDITION" = sql ]; then
+	race_out=$(mktemp)
+	(cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/tests/tools/sql_edition_race.py") 2>&1 | tee "$race_out"
+	status=${PIPESTATUS[0]}
+	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$race_out"; then
+		echo "not ok - sql_edition_race.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
+	fi
+	rm -f "$race_out"
+fi
+# the Python tests exercise the C edition's internals and its library
+[ "$FENCE_EDITION" = sql ] && exit 0
 # From a directory the postgres user can enter: the checkout may be one it
 # cannot (root's clone in /root, a mktemp -d), and the tools these tests run
 # as postgres (pg_dump, pg_restore, pg_ctl) warn from such a cwd.
