@@ -25,8 +25,8 @@ On a cluster this script starts itself, fsync on, the WAL writer slowed
      equal accept does not force a flush.
   c) synchronous replication (synchronous_standby_names naming a standby
      that never confirms): such a COMMIT waits for the standby (SyncRep)
-     as the server's own synchronous_commit says; a same-token one does
-     not.
+     however the session weakened synchronous_commit (SET, the startup
+     options, ALTER ROLE on itself); a same-token one does not.
 
 Usage: /usr/bin/python3 tests/pg_sync_commit.py (tests/run_pg.sh runs it).
 """
@@ -145,16 +145,34 @@ def scenario_sync_standby(cl):
     c = cl.connect()
     c.execute("CREATE EXTENSION fence")
     c.execute("SELECT fence_check('sr:a', 10)")
+    c.execute("CREATE ROLE app LOGIN")
     c.execute("ALTER SYSTEM SET synchronous_standby_names = 'nosuch'")
     c.execute("SELECT pg_reload_conf()")
     time.sleep(0.5)
-    s = cl.connect(autocommit=False)
-    s.execute("SET synchronous_commit = off")
-    s.commit()
-    pid = s.execute("SELECT pg_backend_pid()").fetchone()[0]
-    s.commit()
 
-    def commit_in_thread(sql):
+    def session(how):
+        """A session whose synchronous_commit is weaker than the server's,
+        set the ways an application role can: SET, the connection's startup
+        options (PGOPTIONS too), or ALTER ROLE on itself."""
+        if how == "SET":
+            s = cl.connect(autocommit=False)
+            s.execute("SET synchronous_commit = off")
+        elif how == "startup option":
+            s = cl.connect(autocommit=False, options="-c synchronous_commit=local")
+        else:
+            a = psycopg.connect(host=cl.sock, port=cl.port, user="app", dbname="postgres",
+                                autocommit=True, connect_timeout=10)
+            a.execute("SET synchronous_commit = off")    # its own commit must not wait
+            a.execute("ALTER ROLE CURRENT_USER SET synchronous_commit = off")
+            a.close()
+            s = psycopg.connect(host=cl.sock, port=cl.port, user="app", dbname="postgres",
+                                autocommit=False, connect_timeout=10)
+        s.commit()
+        return s
+
+    def commit_in_thread(s, sql):
+        pid = s.execute("SELECT pg_backend_pid()").fetchone()[0]
+        s.commit()
         done = {}
 
         def run():
@@ -175,14 +193,23 @@ def scenario_sync_standby(cl):
             t.join(10)
         return waiting, event
 
-    waiting, event = commit_in_thread("SELECT fence_check('sr:a', 10)")
-    R.ok(not waiting, "sync standby: a same-token transaction with synchronous_commit=off "
-         "does not wait for the synchronous standby", "wait_event %r" % event)
-    waiting, event = commit_in_thread("SELECT fence_check('sr:a', 20)")
-    R.ok(waiting and event == "SyncRep",
-         "sync standby: an advance with synchronous_commit=off waits for the synchronous "
-         "standby, as the server's setting says", "waiting %r, wait_event %r" % (waiting, event))
-    s.close()
+    token = 10
+    for how in ("SET", "startup option", "ALTER ROLE on itself"):
+        s = session(how)
+        waiting, event = commit_in_thread(s, "SELECT fence_check('sr:a', %d)" % token)
+        R.ok(not waiting, "sync standby: a same-token transaction with synchronous_commit weakened "
+             "by %s does not wait for the synchronous standby" % how, "wait_event %r" % event)
+        token += 10
+        waiting, event = commit_in_thread(s, "SELECT fence_check('sr:a', %d)" % token)
+        R.ok(waiting and event == "SyncRep",
+             "sync standby: an advance with synchronous_commit weakened by %s waits for the "
+             "synchronous standby" % how, "waiting %r, wait_event %r" % (waiting, event))
+        s.rollback()
+        waiting, event = commit_in_thread(s, "SELECT fence_acquire('sr:lease:%s', 'w', 60000)" % how)
+        R.ok(waiting and event == "SyncRep",
+             "sync standby: a lease grant with synchronous_commit weakened by %s waits for the "
+             "synchronous standby" % how, "waiting %r, wait_event %r" % (waiting, event))
+        s.close()
     c.execute("ALTER SYSTEM RESET synchronous_standby_names")
     c.execute("SELECT pg_reload_conf()")
 
