@@ -263,6 +263,15 @@ lease_make_durable(void)
 	bool		confirmed = true;
 
 	XLogFlush(lsn);
+
+	/*
+	 * Wait for the synchronous standbys at synchronous_commit = on at least,
+	 * as an advance commits: an application role can weaken the session's
+	 * setting (SET, startup options, ALTER ROLE on itself), and a grant a
+	 * failover loses is granted again. SET LOCAL for the rest of the
+	 * transaction (fence_xact.c).
+	 */
+	fence_commit_synchronously();
 	SyncRepWaitForLSN(lsn, false);
 
 	/*
@@ -270,13 +279,11 @@ lease_make_durable(void)
 	 * cancelled (statement_timeout, a cancel request), which most drivers
 	 * drop: the change then stands here but a failover could lose it, and
 	 * the same token be granted again. The caller must not use it, so that
-	 * is an error. The session's synchronous_commit decides whether to wait
-	 * at all, as it does for a commit.
+	 * is an error.
 	 */
-	if (SyncRepRequested())
+	if (max_wal_senders > 0)
 	{
-		int			mode = synchronous_commit == SYNCHRONOUS_COMMIT_REMOTE_WRITE
-			? SYNC_REP_WAIT_WRITE : SYNC_REP_WAIT_FLUSH;
+		int			mode = SYNC_REP_WAIT_FLUSH;
 
 		LWLockAcquire(SyncRepLock, LW_SHARED);
 		if (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED)

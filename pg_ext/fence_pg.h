@@ -58,6 +58,7 @@ extern int64 fence_written_token(const char *resource, size_t len);
 extern void fence_note_written(const char *resource, size_t len, int64 token);
 extern int64 fence_pending_token(const char *resource, size_t len);
 extern void fence_xact_flush(void);
+extern void fence_commit_synchronously(void);
 
 /* fence_stats.c: accepts and stale rejections per resource */
 extern void fence_stats_init(void);

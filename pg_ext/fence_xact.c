@@ -65,35 +65,42 @@ xact_realloc(void *ptr, size_t size)
 static const FenceAllocator xactAllocator = {xact_alloc, xact_realloc, pfree};
 
 /* synchronous_commit's values, weakest first (access/xact.h) */
+static const char *const syncCommitNames[] = {"off", "local", "remote_write", "on", "remote_apply"};
+
 static int
 sync_commit_level(const char *name)
 {
-	static const char *const names[] = {"off", "local", "remote_write", "on", "remote_apply"};
-
-	for (int i = 0; i < lengthof(names); i++)
-		if (name && pg_strcasecmp(name, names[i]) == 0)
+	for (int i = 0; i < lengthof(syncCommitNames); i++)
+		if (name && pg_strcasecmp(name, syncCommitNames[i]) == 0)
 			return i;
 	return SYNCHRONOUS_COMMIT_ON;
 }
 
 /*
- * A transaction that raised a highest accepted token commits at least as
- * synchronously as the server is configured to (synchronous_commit's reset
- * value: postgresql.conf, ALTER DATABASE or ALTER ROLE ... SET), whatever
- * the session set for itself: a commit acknowledged before a synchronous
- * standby confirmed it is lost at a failover, and the stale holder's token
- * is then accepted again. SET LOCAL, so the session's own value is back
- * when the transaction ends. The local flush is forced in any case
- * (ForceSyncCommit in fence_tokens.c). A transaction that only accepted
- * the current highest again is left alone.
+ * A transaction that raised a highest accepted token commits at least at
+ * synchronous_commit = on, or at the reset value where that is stronger
+ * (remote_apply), whatever the session set for itself: a commit
+ * acknowledged before a synchronous standby confirmed it is lost at a
+ * failover, and the stale holder's token is then accepted again. Not the
+ * reset value alone: an application role can weaken that too (its
+ * connection's startup options, ALTER ROLE on itself). Without
+ * synchronous_standby_names (which only the server's configuration sets)
+ * "on" is a local flush, which ForceSyncCommit (fence_tokens.c) forces in
+ * any case. SET LOCAL, so the session's own value is back when the
+ * transaction ends. A transaction that only accepted the current highest
+ * again is left alone. The lease calls (fence_lease.c) wait for the
+ * standbys inside the call at this level too.
  */
-static void
-commit_advance_synchronously(void)
+void
+fence_commit_synchronously(void)
 {
-	const char *configured = GetConfigOptionResetString("synchronous_commit");
+	int			required = SYNCHRONOUS_COMMIT_ON;
+	int			configured = sync_commit_level(GetConfigOptionResetString("synchronous_commit"));
 
-	if (synchronous_commit < sync_commit_level(configured))
-		(void) set_config_option("synchronous_commit", configured, PGC_USERSET,
+	if (configured > required)
+		required = configured;
+	if (synchronous_commit < required)
+		(void) set_config_option("synchronous_commit", syncCommitNames[required], PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, ERROR, false);
 }
 
@@ -107,7 +114,7 @@ at_xact_end(XactEvent event, void *arg)
 			if (heldReady && written.n_entries > 0)
 			{
 				fence_xact_flush();
-				commit_advance_synchronously();
+				fence_commit_synchronously();
 			}
 			break;
 		case XACT_EVENT_COMMIT:
