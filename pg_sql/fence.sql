@@ -669,7 +669,10 @@ DECLARE
 	new_r text;
 	old_r text;
 	j jsonb;
-	d record;
+	ddef boolean;
+	dident boolean;
+	dinh boolean;
+	dname name;
 	up oid;
 BEGIN
 	IF TG_WHEN <> 'BEFORE' OR (TG_LEVEL = 'STATEMENT' AND TG_OP <> 'TRUNCATE') OR TG_NARGS <> 4 THEN
@@ -686,31 +689,27 @@ BEGIN
 	-- through a parent fills from that parent's default) an ancestor's
 	-- column has one. Checked where every write passes (fence_guard_row,
 	-- fence_guard_truncate; fence_guard fires first on an UPDATE that sets
-	-- the token, and its accept is undone with the statement); one catalog
-	-- look-up per row, the ancestors only for a partition.
+	-- the token, and its accept is undone with the statement): one look-up
+	-- in pg_attribute per row; the parents only when the column is
+	-- inherited, one level at a time (pg_partition_ancestors cost about
+	-- 100 us per row).
 	IF tokcol IS NOT NULL AND TG_NAME <> 'fence_guard' THEN
-		SELECT c.relname, a.atthasdef OR a.attidentity <> '' AS def, a.attidentity <> '' AS ident,
-			   c.relispartition AS part
-		  INTO d FROM pg_catalog.pg_class c
-		  JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = tokcol AND NOT a.attisdropped
-		 WHERE c.oid = TG_RELID;
-		-- a partition's parents, one level at a time (no set-returning
-		-- function: pg_partition_ancestors cost about 100 us per row)
+		SELECT a.atthasdef OR a.attidentity <> '', a.attidentity <> '', a.attinhcount > 0
+		  INTO ddef, dident, dinh FROM pg_catalog.pg_attribute a
+		 WHERE a.attrelid = TG_RELID AND a.attname = tokcol AND NOT a.attisdropped;
 		up := TG_RELID;
-		WHILE d.part AND NOT d.def LOOP
-			SELECT c.oid, c.relname, a.atthasdef OR a.attidentity <> '' AS def,
-				   a.attidentity <> '' AS ident, c.relispartition AS part
-			  INTO up, d.relname, d.def, d.ident, d.part
-			  FROM pg_catalog.pg_inherits i
-			  JOIN pg_catalog.pg_class c ON c.oid = i.inhparent
-			  JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attname = tokcol AND NOT a.attisdropped
-			 WHERE i.inhrelid = up;
-			IF NOT FOUND THEN
-				EXIT;
-			END IF;
+		WHILE dinh AND NOT ddef LOOP
+			-- single-table look-ups: a join of them was planned per row
+			SELECT k.relispartition INTO dinh FROM pg_catalog.pg_class k WHERE k.oid = up;
+			EXIT WHEN NOT dinh;
+			SELECT i.inhparent INTO up FROM pg_catalog.pg_inherits i WHERE i.inhrelid = up;
+			SELECT a.atthasdef OR a.attidentity <> '', a.attidentity <> '', a.attinhcount > 0
+			  INTO ddef, dident, dinh FROM pg_catalog.pg_attribute a
+			 WHERE a.attrelid = up AND a.attname = tokcol AND NOT a.attisdropped;
 		END LOOP;
-		IF d.def THEN
-			_ok := fence__raise_default(d.relname, tokcol, d.ident, false);
+		IF ddef THEN
+			SELECT k.relname INTO dname FROM pg_catalog.pg_class k WHERE k.oid = up;
+			_ok := fence__raise_default(dname, tokcol, dident, false);
 		END IF;
 	END IF;
 	IF TG_OP = 'TRUNCATE' THEN
