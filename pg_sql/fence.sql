@@ -139,31 +139,124 @@ BEGIN
 END
 $$;
 
+/*
+ * s as the client can be sent it (core of the C edition's
+ * fence_client_text, pg_ext/fence.c). A message is converted to the client
+ * encoding on its way out, and a character the client encoding lacks (a
+ * CJK resource, a LATIN1 client) made PostgreSQL replace the whole error
+ * with 22P05. Such characters are written \uXXXX (\UXXXXXXXX beyond the
+ * BMP; \xNN per byte when the server encoding is not UTF8), and then every
+ * backslash as \\ so that the escapes read back unambiguously. Text without
+ * a non-ASCII character (the common case) comes back at once, as does
+ * text the client can represent. Called on the error path only.
+ */
+CREATE FUNCTION fence__client_text(s text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+	client text;
+	server text := current_setting('server_encoding');
+	c text;
+	cp integer;
+	b bytea;
+	out text := '';
+BEGIN
+	IF s IS NULL OR s !~ '[^\x01-\x7f]' THEN
+		RETURN s;	-- ASCII only
+	END IF;
+	client := current_setting('client_encoding');
+	IF client = server OR client = 'SQL_ASCII' OR server = 'SQL_ASCII' THEN
+		RETURN s;
+	END IF;
+	BEGIN
+		PERFORM convert_to(s, client);
+		RETURN s;
+	EXCEPTION WHEN untranslatable_character OR character_not_in_repertoire THEN
+		NULL;
+	WHEN OTHERS THEN
+		RETURN s;	-- no conversion to this client encoding: as the C edition
+	END;
+	FOREACH c IN ARRAY regexp_split_to_array(s, '') LOOP
+		IF c = E'\\' THEN
+			out := out || E'\\\\';
+		ELSIF c !~ '[^\x01-\x7f]' THEN
+			out := out || c;
+		ELSE
+			BEGIN
+				PERFORM convert_to(c, client);
+				out := out || c;
+			EXCEPTION WHEN OTHERS THEN
+				IF server = 'UTF8' THEN
+					cp := ascii(c);
+					out := out || CASE WHEN cp > 65535 THEN E'\\U' || lpad(upper(to_hex(cp)), 8, '0')
+									   ELSE E'\\u' || lpad(upper(to_hex(cp)), 4, '0') END;
+				ELSE
+					b := convert_to(c, server);
+					FOR cp IN 0 .. octet_length(b) - 1 LOOP
+						out := out || E'\\x' || lpad(upper(to_hex(get_byte(b, cp))), 2, '0');
+					END LOOP;
+				END IF;
+			END;
+		END IF;
+	END LOOP;
+	RETURN out;
+END
+$$;
+
 CREATE FUNCTION fence__raise_stale(r text, t bigint, h bigint) RETURNS void
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+	shown text := fence__shown(fence__client_text(r));
 BEGIN
 	RAISE EXCEPTION USING ERRCODE = '23T01',
-		MESSAGE = format('stale fencing token %s for resource %s', t, fence__shown(r)),
-		DETAIL = format('The highest token accepted for resource %s is %s.', fence__shown(r), h),
+		MESSAGE = format('stale fencing token %s for resource %s', t, shown),
+		DETAIL = format('The highest token accepted for resource %s is %s.', shown, h),
 		HINT = 'This holder lost the lock: acquire it again for a new token; retrying with the same token fails again.';
 END
 $$;
 
 -- why: 'null' (the row's token column is NULL) or 'unfenced'
 CREATE FUNCTION fence__raise_missing(r text, why text, col text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+	shown text := fence__shown(fence__client_text(r));
 BEGIN
 	IF why = 'null' THEN
 		RAISE EXCEPTION USING ERRCODE = '23T02',
-			MESSAGE = format('fencing token required for resource %s', fence__shown(r)),
+			MESSAGE = format('fencing token required for resource %s', shown),
 			DETAIL = CASE WHEN col IS NULL THEN 'The token column of the row is NULL.'
-						  ELSE format('The token column "%s" of the row is NULL.', col) END,
+						  ELSE format('The token column "%s" of the row is NULL.', fence__client_text(col)) END,
 			HINT = 'Write the token the lock service granted into the token column.';
 	END IF;
 	RAISE EXCEPTION USING ERRCODE = '23T02',
-		MESSAGE = format('fencing token required for resource %s', fence__shown(r)),
-		DETAIL = format('This transaction has not accepted a fencing token for resource %s.', fence__shown(r)),
+		MESSAGE = format('fencing token required for resource %s', shown),
+		DETAIL = format('This transaction has not accepted a fencing token for resource %s.', shown),
 		HINT = 'Call fence_check(resource, token) earlier in the same transaction, or set the table''s token column in this statement.';
+END
+$$;
+
+/*
+ * A token column that fills itself in (a DEFAULT, serial's nextval, an
+ * identity) would turn an INSERT that leaves the token out into one that
+ * presents a value the lock service never granted. Refused by
+ * fence_protect (protecting) and by the guard while one exists (the C
+ * edition's event trigger also refuses the DDL that adds one; this edition
+ * has none: docs/sql-edition.md).
+ */
+CREATE FUNCTION fence__raise_default(rel name, col name, ident boolean, protecting boolean)
+	RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = '0A000',
+		MESSAGE = format('token column "%s" of "%s" %s', col, rel,
+			CASE WHEN ident THEN 'is an identity column' ELSE 'has a default' END),
+		DETAIL = 'An INSERT that leaves the token out would present the column''s own value as its '
+			'fencing token, instead of failing with "fencing token required".',
+		HINT = CASE WHEN protecting THEN
+			format('Drop it (ALTER TABLE %s ALTER COLUMN %s DROP %s) and write the token the lock service granted.',
+				quote_ident(rel), quote_ident(col), CASE WHEN ident THEN 'IDENTITY' ELSE 'DEFAULT' END)
+			ELSE format('It was added after fence_protect(): drop it (ALTER TABLE %s ALTER COLUMN %s DROP %s); '
+				'until then every write of the table fails.',
+				quote_ident(rel), quote_ident(col), CASE WHEN ident THEN 'IDENTITY' ELSE 'DEFAULT' END) END;
 END
 $$;
 
@@ -576,6 +669,11 @@ DECLARE
 	new_r text;
 	old_r text;
 	j jsonb;
+	ddef boolean;
+	dident boolean;
+	dinh boolean;
+	dname name;
+	up oid;
 BEGIN
 	IF TG_WHEN <> 'BEFORE' OR (TG_LEVEL = 'STATEMENT' AND TG_OP <> 'TRUNCATE') OR TG_NARGS <> 4 THEN
 		RAISE EXCEPTION USING ERRCODE = '39P01',
@@ -586,6 +684,34 @@ BEGIN
 	res := TG_ARGV[1];
 	keycol := nullif(TG_ARGV[2], '');
 	kind := TG_ARGV[3];
+	-- a token column that fills itself in: every write fails while it has
+	-- a default or an identity, or (for a partition, which an INSERT
+	-- through a parent fills from that parent's default) an ancestor's
+	-- column has one. Checked where every write passes (fence_guard_row,
+	-- fence_guard_truncate; fence_guard fires first on an UPDATE that sets
+	-- the token, and its accept is undone with the statement): one look-up
+	-- in pg_attribute per row; the parents only when the column is
+	-- inherited, one level at a time (pg_partition_ancestors cost about
+	-- 100 us per row).
+	IF tokcol IS NOT NULL AND TG_NAME <> 'fence_guard' THEN
+		SELECT a.atthasdef OR a.attidentity <> '', a.attidentity <> '', a.attinhcount > 0
+		  INTO ddef, dident, dinh FROM pg_catalog.pg_attribute a
+		 WHERE a.attrelid = TG_RELID AND a.attname = tokcol AND NOT a.attisdropped;
+		up := TG_RELID;
+		WHILE dinh AND NOT ddef LOOP
+			-- single-table look-ups: a join of them was planned per row
+			SELECT k.relispartition INTO dinh FROM pg_catalog.pg_class k WHERE k.oid = up;
+			EXIT WHEN NOT dinh;
+			SELECT i.inhparent INTO up FROM pg_catalog.pg_inherits i WHERE i.inhrelid = up;
+			SELECT a.atthasdef OR a.attidentity <> '', a.attidentity <> '', a.attinhcount > 0
+			  INTO ddef, dident, dinh FROM pg_catalog.pg_attribute a
+			 WHERE a.attrelid = up AND a.attname = tokcol AND NOT a.attisdropped;
+		END LOOP;
+		IF ddef THEN
+			SELECT k.relname INTO dname FROM pg_catalog.pg_class k WHERE k.oid = up;
+			_ok := fence__raise_default(dname, tokcol, dident, false);
+		END IF;
+	END IF;
 	IF TG_OP = 'TRUNCATE' THEN
 		IF keycol IS NOT NULL THEN
 			RAISE EXCEPTION USING ERRCODE = '0A000',
@@ -742,10 +868,7 @@ BEGIN
 				HINT = 'Fencing tokens are 64-bit integers: use a bigint column.';
 		END IF;
 		IF att.attidentity <> '' OR att.atthasdef THEN
-			RAISE EXCEPTION USING ERRCODE = '0A000',
-				MESSAGE = format('token column "%s" of "%s" has a default', token_column, rel.relname),
-				DETAIL = 'An INSERT that leaves the token out would present a value the lock service never granted.',
-				HINT = 'Drop the default (or the identity) of the token column, then protect the table.';
+			_ok := fence__raise_default(rel.relname, token_column, att.attidentity <> '', true);
 		END IF;
 	END IF;
 	IF key_column IS NOT NULL THEN

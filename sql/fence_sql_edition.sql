@@ -106,5 +106,46 @@ EXCEPTION WHEN OTHERS THEN
 	RAISE NOTICE 'sqlstate %, context names fence_check: %', st, ctx LIKE '%PL/pgSQL function fence_check(text,bigint)%';
 END
 $$;
-DROP TABLE se_def, se_ident, se_rows, se_key, se_order;
+-- row 20: a default given to the token column after fence_protect is not
+-- refused at DDL time (no event trigger); the guard then refuses every
+-- write (0A000), UPDATE, DELETE and TRUNCATE too, until it is dropped
+CREATE TABLE se_late (id int, tok bigint);
+SELECT fence_protect('se_late', 'tok', 'se:late');
+INSERT INTO se_late VALUES (1, 5);
+ALTER TABLE se_late ALTER COLUMN tok SET DEFAULT 7;
+BEGIN;
+SELECT fence_check('se:late', 5);
+UPDATE se_late SET id = 2;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SELECT fence_check('se:late', 5);
+DELETE FROM se_late;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SELECT fence_check('se:late', 5);
+TRUNCATE se_late;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+ALTER TABLE se_late ALTER COLUMN tok DROP DEFAULT;
+BEGIN;
+SELECT fence_check('se:late', 5);
+UPDATE se_late SET id = 3;
+COMMIT;
+SELECT id, tok, fence_current('se:late') AS highest FROM se_late;
+-- row 17: a LATIN1 client reads a missing-token error whose resource and
+-- token column it cannot represent (both escaped), and a stale error whose
+-- escaped resource is cut at 200 bytes
+CREATE TABLE se_enc (id int, U&"tok\8868" bigint);
+SELECT fence_protect('se_enc', U&'tok\8868', U&'se:enc:\8868');
+SET client_encoding = 'LATIN1';
+INSERT INTO se_enc VALUES (1, NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT fence_check('se:long:' || repeat(U&'\4E2D', 60), 3);
+SELECT fence_check('se:long:' || repeat(U&'\4E2D', 60), 2);
+\echo :LAST_ERROR_SQLSTATE
+RESET client_encoding;
+SELECT count(*) AS rows FROM se_enc;
+DROP TABLE se_def, se_ident, se_rows, se_key, se_order, se_late, se_enc;
 DROP FUNCTION se_bump();
