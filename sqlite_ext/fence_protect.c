@@ -778,15 +778,14 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 }
 
 /*
- * A guard trigger's check is its WHEN clause, not a SELECT in its body: an
- * authorizer answering SQLITE_IGNORE for a SELECT skips the statement (the
- * guard would not run at all) and for a function makes its call NULL. WHEN
- * is "NOT (<checks>) AND RAISE(...)", where every check is an IS [NOT]
- * test, true or false and never NULL: when one is not true (something did
- * not run) the RAISE is reached, and RAISE is no function, so nothing can
- * ignore it. When all hold, SQLite stops at the first operand of the AND:
- * one jump, no CASE. The body is never reached. It writes fence_join, which
- * makes SQLite join that table to the transaction when a statement that
+ * A guard trigger's check is its WHEN clause, not a SELECT in its body:
+ * "CASE WHEN (<checks>) THEN 0 ELSE RAISE(...) END", where every check is
+ * an IS [NOT] test, true or false and never NULL: when one is not true (a
+ * call did not run) the RAISE is reached. Not "NOT (<checks>) AND
+ * RAISE(...)": SQLite evaluates CASE branches lazily and in order, while
+ * from 3.51 it may evaluate the right operand of an AND first when the
+ * left holds a subquery, and that RAISE then fired for every row. The
+ * body is never reached. It writes fence_join, which makes SQLite join that table to the transaction when a statement that
  * fires the trigger starts (fence_held.c), so that the guard need not run a
  * statement of its own to learn where the transaction ends; and it reads
  * it (a DELETE finds its rows first), so that SQLite plans a read of
@@ -799,8 +798,8 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * The comment FENCE_GUARD_SHAPE marks the triggers of this shape: admission
  * refuses a guard whose triggers lack it (fence_guard.c).
  */
-#define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
-#define GUARD_WHEN_RAISE ") AND RAISE(ABORT, " FENCE_GUARD_RAISE_SQL ")"
+#define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ CASE WHEN ("
+#define GUARD_WHEN_RAISE ") THEN 0 ELSE RAISE(ABORT, " FENCE_GUARD_RAISE_SQL ") END"
 #define GUARD_WHEN_TAIL GUARD_WHEN_RAISE " BEGIN DELETE FROM fence_join WHERE 0; END"
 
 /*

@@ -492,8 +492,7 @@ char	   *fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl);
  * admission, which finds a one-resource guard's resource in it, or a per-row
  * guard's UNIQUE indexes.
  */
-#define FENCE_GUARD_RAISE_SQL "'fence guard %s did not run (an authorizer ignored it?): " \
-	"write refused'"
+#define FENCE_GUARD_RAISE_SQL "'fence guard %s did not run: write refused'"
 
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
