@@ -1222,15 +1222,36 @@ argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
 	return 1;
 }
 
-/* A token argument: the INTEGER storage class, never coerced, >= 0. */
+int
+fenceValueInt64(sqlite3_value *v, sqlite3_int64 *p)
+{
+	int			t = sqlite3_value_type(v);
+	double		d;
+
+	if (t == SQLITE_INTEGER)
+	{
+		*p = sqlite3_value_int64(v);
+		return 1;
+	}
+	if (t != SQLITE_FLOAT)
+		return 0;
+	d = sqlite3_value_double(v);
+	if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) ||
+		d != (double) (sqlite3_int64) d)
+		return 0;
+	*p = (sqlite3_int64) d;
+	return 1;
+}
+
+/* A token argument: an integer (fenceValueInt64), >= 0. */
 static int
 argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
 {
 	if (sqlite3_value_type(v) == SQLITE_NULL)
 		resultInvalid(ctx, "token", FENCE_NULL, 0, 0);
-	else if (sqlite3_value_type(v) != SQLITE_INTEGER)
+	else if (!fenceValueInt64(v, pToken))
 		resultInvalid(ctx, "token", FENCE_NOT_INTEGER, 0, 0);
-	else if (fence_check_token(*pToken = sqlite3_value_int64(v)) != FENCE_VALID)
+	else if (fence_check_token(*pToken) != FENCE_VALID)
 		resultInvalid(ctx, "token", FENCE_NEGATIVE, 0, *pToken);
 	else
 		return 1;

@@ -508,7 +508,7 @@ argHolder(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
 	return 0;
 }
 
-/* A ttl argument: the INTEGER storage class, never coerced, 1..2^31-1. */
+/* A ttl argument: an integer (fenceValueInt64), 1..2^31-1. */
 static int
 argTtl(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pTtl)
 {
@@ -517,10 +517,10 @@ argTtl(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pTtl)
 
 	if (sqlite3_value_type(v) == SQLITE_NULL)
 		problem = FENCE_NULL;
-	else if (sqlite3_value_type(v) != SQLITE_INTEGER)
+	else if (!fenceValueInt64(v, pTtl))
 		problem = FENCE_NOT_INTEGER;
 	else
-		problem = fence_check_ttl(*pTtl = sqlite3_value_int64(v));
+		problem = fence_check_ttl(*pTtl);
 	if (problem == FENCE_VALID)
 		return 1;
 	fenceResultError(ctx, fence_msg_invalid_ttl(buf, problem, *pTtl), FENCE_RC_INVALID);

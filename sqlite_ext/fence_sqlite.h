@@ -212,6 +212,13 @@ fenceErrorCode(int rc)
 	return rc <= SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_ERROR : rc;
 }
 
+/*
+ * An integer argument (SPEC "Words"): the INTEGER storage class, or a REAL
+ * holding an exact integer of magnitude at most 2^53 (what JavaScript
+ * drivers bind a number as), taken as that integer. 0: any other value.
+ */
+int			fenceValueInt64(sqlite3_value *v, sqlite3_int64 *p);
+
 /* Anything that could change a guard call's answer happened: no memo holds. */
 static inline void
 fenceGuardMemoForget(FenceConn *conn)
