@@ -1503,10 +1503,13 @@ fail:
 }
 
 /*
- * With journal_mode=OFF a refused statement's earlier rows would stay. The
- * journal file being open means a journalling mode (or WAL) is in force and
- * this transaction has written a page; then the mode can no longer change
- * until it ends. Otherwise ask.
+ * With journal_mode=OFF a refused statement's earlier rows would stay, and
+ * with MEMORY a process killed in the middle of a transaction leaves what
+ * it wrote in the file (no journal survives it to roll back): both are
+ * refused for a database in a file. The journal file being open (a real
+ * file: an in-memory journal has no xLock) means a journalling mode on
+ * disk (or WAL) is in force and this transaction has written a page; then
+ * the mode can no longer change until it ends. Otherwise ask.
  */
 static int
 journalWorks(sqlite3_context *ctx, FenceConn *conn)
@@ -1521,7 +1524,7 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	/* NULL: main, without a look-up by name */
 	if (sqlite3_file_control(conn->db, NULL, SQLITE_FCNTL_JOURNAL_POINTER,
 							 &pJournal) == SQLITE_OK &&
-		pJournal != NULL && pJournal->pMethods != NULL)
+		pJournal != NULL && pJournal->pMethods != NULL && pJournal->pMethods->xLock != NULL)
 	{
 		conn->bJournalChecked = conn->bEnlisted;	/* reset when it ends (fence_held.c) */
 		return 1;
@@ -1541,17 +1544,19 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	}
 	rc = sqlite3_step(conn->pJournalMode);
 	zMode = rc == SQLITE_ROW ? sqlite3_column_text(conn->pJournalMode, 0) : NULL;
-	if (rc == SQLITE_ROW && zMode != NULL && sqlite3_stricmp((const char *) zMode, "off") != 0)
+	if (rc == SQLITE_ROW && zMode != NULL && sqlite3_stricmp((const char *) zMode, "off") != 0 &&
+		(sqlite3_stricmp((const char *) zMode, "memory") != 0 ||
+		 sqlite3_db_filename(conn->db, "main") == NULL ||
+		 sqlite3_db_filename(conn->db, "main")[0] == '\0'))
 	{
 		sqlite3_reset(conn->pJournalMode);
 		return 1;
 	}
 	if (rc == SQLITE_ROW && zMode != NULL)
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: PRAGMA journal_mode is OFF on main, so "
-							   "SQLite could not undo a refused statement's earlier rows; a "
-							   "protected table is written only with a journal (DELETE, "
-							   "TRUNCATE, PERSIST, MEMORY or WAL)"));
+			   sqlite3_mprintf("fence guard refused: journal_mode=%s cannot undo a refused "
+							   "or interrupted write; use DELETE, TRUNCATE, PERSIST or WAL",
+							   zMode));
 	else if (rc == SQLITE_DONE)
 		refuse(ctx, SQLITE_AUTH,
 			   sqlite3_mprintf("fence guard: PRAGMA main.journal_mode gave no value (an "

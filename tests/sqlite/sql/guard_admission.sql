@@ -24,6 +24,16 @@ SELECT quote(fence_protect('acct', 'tok', 'acct:', 'k'));
 INSERT INTO acct VALUES ('a', 'ua', 1, 5), ('b', 'ub', 1, 5);
 PRAGMA journal_mode = OFF;
 INSERT INTO acct VALUES ('c', 'uc', 1, 5);
+-- journal_mode=MEMORY too: a holder killed mid-transaction would leave its
+-- rows in the file (issue 27 item 2)
+PRAGMA journal_mode = MEMORY;
+INSERT INTO acct VALUES ('c', 'uc', 1, 5);
+CREATE TABLE scratch(x);
+BEGIN;
+INSERT INTO scratch VALUES (1);
+INSERT INTO acct VALUES ('c', 'uc', 1, 5);
+ROLLBACK;
+SELECT count(*) FROM acct WHERE k = 'c';
 PRAGMA journal_mode = DELETE;
 INSERT INTO acct VALUES ('c', 'uc', 1, 5);
 -- REPLACE through the UNIQUE column u is checked as an UPDATE of row a
