@@ -162,6 +162,25 @@ isRealColumn(sqlite3 *db, const char *zTable, const char *zColumn)
 	return bFound;
 }
 
+/* Is zColumn a generated column of zTable (table_xinfo's hidden 2 or 3)? */
+static int
+isGeneratedColumn(sqlite3 *db, const char *zTable, const char *zColumn)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			bFound = 0;
+
+	if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_xinfo(?1, 'main') "
+						   "WHERE name = ?2 COLLATE NOCASE AND hidden IN (2, 3)", -1, &stmt,
+						   NULL) == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		sqlite3_bind_text(stmt, 2, zColumn, -1, SQLITE_STATIC);
+		bFound = sqlite3_step(stmt) == SQLITE_ROW;
+	}
+	sqlite3_finalize(stmt);
+	return bFound;
+}
+
 /*
  * Is zColumn zTable's INTEGER PRIMARY KEY, the alias of the rowid? It is
  * when it is the sole primary key column, declared INTEGER, and the table
@@ -373,6 +392,16 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 		if (rc != SQLITE_OK)
 		{
 			resultError(ctx, rc, sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
+			return 0;
+		}
+		/* a BEFORE trigger sees no generated value: NEW.tok would read NULL */
+		if (isGeneratedColumn(db, spec->zTable, spec->zTokenColumn))
+		{
+			resultError(ctx, SQLITE_ERROR,
+						sqlite3_mprintf("fence_protect: token column \"%s\".\"%s\" is "
+										"generated; a token must be written by the statement; "
+										"the table is left unguarded", spec->zTable,
+										spec->zTokenColumn));
 			return 0;
 		}
 		if (strcmp(declaredAffinity(zType), "TEXT") == 0 ||

@@ -18,6 +18,12 @@ CREATE TABLE t_num(id INTEGER PRIMARY KEY, tok NUMERIC);
 SELECT quote(fence_protect('t_num', 'tok', 'num'));
 INSERT INTO t_num VALUES (1, '7');
 SELECT fence_current('num');
+-- a generated token column is refused at fence_protect (issue 27 item 3)
+CREATE TABLE t_gen(id INTEGER PRIMARY KEY, base INTEGER, tok INTEGER AS (base + 1));
+SELECT fence_protect('t_gen', 'tok', 'gen');
+CREATE TABLE t_gens(id INTEGER PRIMARY KEY, base INTEGER, tok INTEGER AS (base + 1) STORED);
+SELECT fence_protect('t_gens', 'tok', 'gen');
+SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name LIKE 't_gen%';
 -- journal_mode=OFF: refused before the first row is written
 CREATE TABLE acct(k TEXT PRIMARY KEY, u TEXT UNIQUE, v INTEGER, tok INTEGER);
 SELECT quote(fence_protect('acct', 'tok', 'acct:', 'k'));
