@@ -177,13 +177,8 @@ typedef struct FenceConn
 	sqlite3_stmt *pProbeMain;
 	sqlite3_stmt *pProbeTemp;
 	sqlite3_stmt *pJournalMode;
-	/* leases (fence_lease.c), finalized with the others */
-	sqlite3_stmt *pLeaseLock;
-	sqlite3_stmt *pLeaseSelect;
-	sqlite3_stmt *pLeaseWrite;
-	sqlite3_stmt *pLeaseTxn[4];	/* SAVEPOINT, RELEASE, ROLLBACK TO, ROLLBACK */
-	int			nLeaseReprepared;	/* their SQLITE_STMTSTATUS_REPREPARE, summed,
-									 * when fence_leases' shape was last checked */
+	/* leases (fence_lease.c): the connection grants go through in a transaction */
+	sqlite3    *pLeaseDb;
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
 
