@@ -755,20 +755,16 @@ heldOutOfMemory(FenceConn *conn)
 }
 
 /* ---------------------------------------------------------------------
- * Lock first or read first
+ * Read first
  *
- * An equal accept must take no write lock, so an accept reads fence_tokens
- * before anything of main is locked. But once a transaction has read main,
- * its snapshot is fixed, and in WAL mode a write from a snapshot that
- * another commit overtook fails at once (SQLITE_BUSY_SNAPSHOT) instead of
- * waiting for the busy timeout: an advance (a new holder's first accept)
- * that read first would fail whenever another holder committed between its
- * read and its write, where taking the write lock first makes it wait its
- * turn and then read the newest highest. So when the transaction has not
- * touched main yet, an accept takes main's write lock first unless this
- * connection last saw the resource's highest at or above the token (an
- * equal accept, or a stale one, is then likely). The hint decides only the
- * order; the verdict is always the read's.
+ * An equal accept must take no write lock (SPEC: transactions fenced at the
+ * same token do not wait for each other), so an accept reads fence_tokens
+ * before anything of main is locked, whatever this connection saw before.
+ * An advance then upgrades the transaction's read to a write, which SQLite
+ * never waits for (it fails with SQLITE_BUSY at once when another
+ * connection writes): the documented pattern is BEGIN IMMEDIATE, which
+ * takes the write lock, waiting the busy timeout, before the check. The
+ * hints below remember what was read, as verdicts for the cache.
  * ------------------------------------------------------------------ */
 
 static unsigned
@@ -799,16 +795,6 @@ otherSchemaAttached(sqlite3 *db)
 	if (sqlite3_libversion_number() < 3039000)
 		return 1;
 	return sqlite3_db_name(db, 2) != NULL;
-}
-
-/* Did this connection last see z's highest at or above token? */
-static int
-hintAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
-{
-	FenceHint  *h = &conn->aHint[hintSlot(z, n)];
-
-	return h->z != NULL && h->n == n && memcmp(h->z, z, (size_t) n) == 0 &&
-		h->bHas && h->highest >= token;
 }
 
 /*
@@ -929,10 +915,7 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		fence_held_get(&conn->held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
-	rc = fenceHeldEnlist(conn, !conn->bEnlisted &&
-						 ((sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_NONE &&
-						   !hintAtLeast(conn, z, n, token)) ||
-						  otherSchemaAttached(conn->db)));
+	rc = fenceHeldEnlist(conn, !conn->bEnlisted && otherSchemaAttached(conn->db));
 	if (rc == SQLITE_OK && conn->bBroken)
 		rc = FENCE_RC_BROKEN;
 	if (rc == SQLITE_OK && conn->bEnlisted && conn->cacheTxn == FENCE_CACHE_TXN_UNKNOWN)
