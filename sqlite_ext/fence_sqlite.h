@@ -160,12 +160,6 @@ typedef struct FenceConn
 	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
 	int			nGuard;
 	int			nGuardAlloc;
-	sqlite3_int64 *aProbed;		/* guards whose table passed the checks only a schema */
-	int			nProbed;		/* change or a new authorizer can undo (fence_guard.c, */
-	int			nProbedAlloc;	/* probedSince), */
-	sqlite3_stmt *pProbedWith;	/* since pSchemaProbe */
-	int			nProbedReprepare;	/* had this SQLITE_STMTSTATUS_REPREPARE */
-	int			bForeignChecked;	/* no schema object but fence's names a guard */
 	int			bGuardTxnChecked;	/* the schema generation was checked in this txn */
 	int			bByCount;		/* the guard call under way was admitted by the count */
 	int			bNoCountTxn;	/* this transaction reads the schema (fenceGuardRecheckSchema) */
