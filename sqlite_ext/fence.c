@@ -42,19 +42,11 @@
  * ends our transaction in SQLITE_BUSY or the stale error, never in a
  * committed write at the older token (SPEC.md "SQLite specifics").
  *
- * Trust in what fence reads: an authorizer (sqlite3_set_authorizer) is
- * consulted when fence's own statements are prepared too, and one that
- * answers SQLITE_IGNORE makes SQLite compile a NULL in place of a column
- * read, drop an INSERT, or leave a column out of an UPDATE; SQLite offers
- * no way to prepare a statement past it. So every read of fence_tokens
- * proves itself (the resource read back, an INTEGER token, a TEXT
- * updated_at, and a canary row: the table's first resource is never NULL),
- * every advance reads back what it wrote, and fence_reset
- * reads again after deleting; anything else is refused as untrusted. The
- * table itself must be the one fence creates (fenceOwnTableShape): a
- * fence_tokens made by hand or by an import, with other types or
- * constraints, is refused, not adopted, and so is one swapped in later
- * (checked again whenever SQLite re-prepares a cached statement).
+ * Trust: fence reads and writes fence_tokens as SQLite gives it; an
+ * authorizer or trigger of the application's that changes what fence's own
+ * statements read or write is trusted code (docs/trust.md). An application
+ * table that holds the name fence_tokens with another shape is refused,
+ * never adopted (fenceOwnTableShape).
  *
  * Errors: a stale or missing token is SQLITE_CONSTRAINT_FUNCTION, invalid
  * input SQLITE_ERROR (not SQLITE_MISMATCH: Python maps that to
@@ -72,18 +64,8 @@ SQLITE_EXTENSION_INIT1
 static const char createTokensSql[] =
 "CREATE TABLE IF NOT EXISTS main.fence_tokens" FENCE_TOKENS_COLUMNS;
 
-/*
- * The resource's row (tag 1). A row found proves the read by reading back
- * the resource; when none is found, the canary (tag 0) is asked: the first
- * resource of the table, which is never NULL unless an authorizer blinded
- * the column, in which case the lookup found nothing whatever the table
- * holds. Both are index lookups; the canary runs only for a resource with
- * no highest yet, so a repeated accept pays for one lookup.
- */
 static const char selectTokenSql[] =
-"SELECT 1, resource, token, updated_at FROM main.fence_tokens WHERE resource = ?1";
-static const char canaryTokenSql[] =
-"SELECT 0, resource, NULL, NULL FROM main.fence_tokens LIMIT 1";
+"SELECT token, updated_at FROM main.fence_tokens WHERE resource = ?1";
 
 /* puts back what an accept inside a failed statement changed */
 static const char restoreTokenSql[] =
@@ -99,27 +81,6 @@ static const char advanceTokenSql[] =
 static const char deleteTokenSql[] =
 "DELETE FROM main.fence_tokens WHERE resource = ?1";
 
-/* Said of every read or write of fence_tokens that did not prove itself. */
-#define UNTRUSTED_HINT \
-	"an authorizer (sqlite3_set_authorizer) that answers SQLITE_IGNORE for fence's " \
-	"own statements makes SQLite read NULL or skip the write; fence refuses rather " \
-	"than guess: let the authorizer allow reads and writes of main.fence_tokens, " \
-	"main.fence_guards and main.sqlite_schema"
-
-/*
- * Refuse, saying what could not be trusted; resultDbError reports it as
- * SQLITE_ERROR with this message.
- */
-FENCE_COLD static int
-untrusted(FenceConn *conn, const char *zWhat, const char *z, int n)
-{
-	conn->savedRc = FENCE_RC_UNTRUSTED;
-	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-					 "fence: %s for resource \"%.*s\", so fence refuses to judge the "
-					 "token: %s", zWhat, n, z, UNTRUSTED_HINT);
-	return FENCE_RC_UNTRUSTED;
-}
-
 /* ---------------------------------------------------------------------
  * Cached statements and the token table
  * ------------------------------------------------------------------ */
@@ -133,7 +94,6 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->pDeleteToken);
 	fenceEnlistForget(conn, &conn->pEnlist);
 	fenceEnlistForget(conn, &conn->pEnlistMain);
-	sqlite3_finalize(conn->pCanaryToken);
 	sqlite3_finalize(conn->pProbeMain);
 	sqlite3_finalize(conn->pSchemaProbe);
 	conn->pSchemaProbe = NULL;
@@ -143,7 +103,7 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->pProbeTemp);
 	sqlite3_finalize(conn->pJournalMode);
 	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pEnlist = NULL;
-	conn->pEnlistMain = conn->pCanaryToken = NULL;
+	conn->pEnlistMain = NULL;
 	conn->pProbeMain = conn->pProbeTemp = conn->pJournalMode = NULL;
 }
 
@@ -202,42 +162,10 @@ fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr)
 		rc = SQLITE_OK;
 	else
 	{
-		const char *zType = (const char *) sqlite3_column_text(stmt, 2);
-
 		rc = FENCE_RC_UNTRUSTED;
-		if (zFound == NULL && zType == NULL)
-			*pzErr = sqlite3_mprintf("fence: cannot read the definition of main.%s "
-									 "(SQLite returned NULL for it); %s", zTable,
-									 UNTRUSTED_HINT);
-		else if (bTokens)
-			*pzErr = sqlite3_mprintf(
-				"fence: main.fence_tokens is not a table fence created, so fence cannot "
-				"trust the tokens in it and refuses to use it. Its definition is: %s. "
-				"fence's is: %s. To repair it, keep its rows in a table of fence's shape: "
-				"ALTER TABLE fence_tokens RENAME TO fence_tokens_old; %s; "
-				"INSERT INTO fence_tokens(resource, token, updated_at) SELECT resource, "
-				"CAST(token AS INTEGER), coalesce(updated_at, '') FROM fence_tokens_old; "
-				"DROP TABLE fence_tokens_old (check first that every old token is an "
-				"integer: CAST turns other text into 0)",
-				zFound ? zFound : "(none: it is not a table)", zExpected, zExpected);
-		else if (bLeases)
-			*pzErr = sqlite3_mprintf(
-				"fence: main.fence_leases is not a table fence created, so fence cannot "
-				"trust the leases in it and refuses to use it. Its definition is: %s. "
-				"fence's is: %s. To repair it, keep its rows (their tokens are the highest "
-				"ever granted: a new grant must stay above them) in a table of fence's "
-				"shape: ALTER TABLE fence_leases RENAME TO fence_leases_old; %s; "
-				"INSERT INTO fence_leases(resource, holder, token, expires_at) SELECT "
-				"resource, holder, CAST(token AS INTEGER), CAST(expires_at AS INTEGER) FROM "
-				"fence_leases_old; DROP TABLE fence_leases_old",
-				zFound ? zFound : "(none: it is not a table)", zExpected, zExpected);
-		else
-			*pzErr = sqlite3_mprintf(
-				"fence: main.fence_guards is not a table fence created, so fence cannot "
-				"trust the guards recorded in it and refuses to use it. Its definition is: "
-				"%s. fence's is: %s. To repair it: drop it (or rename it, if it is a table "
-				"of yours), then run fence_protect again on every protected table",
-				zFound ? zFound : "(none: it is not a table)", zExpected);
+		*pzErr = sqlite3_mprintf("fence refused: main.%s is not the table fence makes; "
+								 "rename it (docs/sqlite-guarantees.md: a table of that name)",
+								 zTable);
 		if (*pzErr == NULL)
 			rc = SQLITE_NOMEM;
 	}
@@ -263,35 +191,6 @@ tokenTableTrusted(FenceConn *conn)
 		sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s", zErr);
 	}
 	sqlite3_free(zErr);
-	return rc;
-}
-
-static int
-tokensReprepared(FenceConn *conn)
-{
-	sqlite3_stmt *a[4] = {conn->pSelectToken, conn->pAdvanceToken, conn->pDeleteToken,
-	conn->pCanaryToken};
-	int			sum = 0;
-	int			i;
-
-	for (i = 0; i < 4; i++)
-		if (a[i])
-			sum += sqlite3_stmt_status(a[i], SQLITE_STMTSTATUS_REPREPARE, 0);
-	return sum;
-}
-
-/* After a step of a cached statement: was it re-prepared, and on what? */
-static int
-tokenTableStillTrusted(FenceConn *conn)
-{
-	int			n = tokensReprepared(conn);
-	int			rc;
-
-	if (n == conn->nTokensReprepared)
-		return SQLITE_OK;
-	rc = tokenTableTrusted(conn);
-	if (rc == SQLITE_OK)
-		conn->nTokensReprepared = n;
 	return rc;
 }
 
@@ -436,7 +335,6 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 		}
 		rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 	}
-	conn->nTokensReprepared = tokensReprepared(conn);
 	if (rc == SQLITE_OK && conn->sharedCache == FENCE_SHARED_UNKNOWN)
 		detectSharedCache(conn);
 	return rc;
@@ -461,39 +359,8 @@ tokenTableVanished(FenceConn *conn, int rc)
 	sqlite3_finalize(conn->pSelectToken);
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
-	sqlite3_finalize(conn->pCanaryToken);
-	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pCanaryToken = NULL;
+	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = NULL;
 	return 1;
-}
-
-/*
- * One row of selectTokenSql: the resource's (tag 1), which must read back
- * as the resource, an INTEGER token >= 0 and a TEXT updated_at; or the
- * canary (tag 0), whose resource must be TEXT. Returns SQLITE_OK or
- * FENCE_RC_UNTRUSTED.
- */
-static int
-checkTokenRow(FenceConn *conn, sqlite3_stmt *p, const char *z, int n, int *pHas,
-			  sqlite3_int64 *pHighest, char *zAt, int nAt)
-{
-	if (sqlite3_column_int(p, 0) == 0)
-		return sqlite3_column_type(p, 1) == SQLITE_TEXT ? SQLITE_OK :
-			untrusted(conn, "main.fence_tokens read back a NULL resource", z, n);
-	if (sqlite3_column_type(p, 1) != SQLITE_TEXT || sqlite3_column_bytes(p, 1) != n ||
-		memcmp(sqlite3_column_text(p, 1), z, (size_t) n) != 0)
-		return untrusted(conn, "main.fence_tokens returned another row than asked", z, n);
-	if (sqlite3_column_type(p, 2) != SQLITE_INTEGER || sqlite3_column_int64(p, 2) < 0)
-		return untrusted(conn, sqlite3_column_type(p, 2) == SQLITE_NULL ?
-						 "main.fence_tokens read back a NULL token" :
-						 "main.fence_tokens holds a token that is not a non-negative integer",
-						 z, n);
-	if (sqlite3_column_type(p, 3) != SQLITE_TEXT)
-		return untrusted(conn, "main.fence_tokens read back a NULL updated_at", z, n);
-	*pHas = 1;
-	*pHighest = sqlite3_column_int64(p, 2);
-	if (zAt)
-		sqlite3_snprintf(nAt, zAt, "%s", (const char *) sqlite3_column_text(p, 3));
-	return SQLITE_OK;
 }
 
 /* *pHas = 0 when the resource has no highest token (or there is no table). */
@@ -503,48 +370,36 @@ readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 {
 	int			attempt;
 	int			rc = SQLITE_OK;
-	int			rcRow = SQLITE_OK;
 
 	*pHas = 0;
 	*pHighest = 0;
 	for (attempt = 0; attempt < 2; attempt++)
 	{
+		sqlite3_stmt *p;
+
 		rc = prepareTokenStmt(conn, &conn->pSelectToken, selectTokenSql, bCreate);
 		if (rc != SQLITE_OK || conn->pSelectToken == NULL)
 			return rc;
-		if (sqlite3_stmt_busy(conn->pSelectToken))
+		p = conn->pSelectToken;
+		if (sqlite3_stmt_busy(p))
 			return FENCE_RC_REENTERED;
-		sqlite3_bind_text(conn->pSelectToken, 1, z, n, SQLITE_STATIC);
-		while ((rc = sqlite3_step(conn->pSelectToken)) == SQLITE_ROW && rcRow == SQLITE_OK)
-			rcRow = checkTokenRow(conn, conn->pSelectToken, z, n, pHas, pHighest, zAt, nAt);
-		if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-			saveError(conn, rc);
-		sqlite3_reset(conn->pSelectToken);
-		sqlite3_clear_bindings(conn->pSelectToken);
-		if (rc == SQLITE_DONE && rcRow == SQLITE_OK && !*pHas)
+		sqlite3_bind_text(p, 1, z, n, SQLITE_STATIC);
+		rc = sqlite3_step(p);
+		if (rc == SQLITE_ROW)
 		{
-			/* nothing found: was the lookup blind? */
-			rc = prepareTokenStmt(conn, &conn->pCanaryToken, canaryTokenSql, bCreate);
-			if (rc != SQLITE_OK)
-				return rc;
-			if (conn->pCanaryToken == NULL)
-				rc = SQLITE_DONE;
-			else
-			{
-				while ((rc = sqlite3_step(conn->pCanaryToken)) == SQLITE_ROW && rcRow == SQLITE_OK)
-					rcRow = checkTokenRow(conn, conn->pCanaryToken, z, n, pHas, pHighest, zAt, nAt);
-				if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-					saveError(conn, rc);
-				sqlite3_reset(conn->pCanaryToken);
-			}
+			*pHas = 1;
+			*pHighest = sqlite3_column_int64(p, 0);
+			if (zAt)
+				sqlite3_snprintf(nAt, zAt, "%s", (const char *) sqlite3_column_text(p, 1));
 		}
+		else if (rc != SQLITE_DONE)
+			saveError(conn, rc);
+		sqlite3_reset(p);
+		sqlite3_clear_bindings(p);
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
-	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		return rc;
-	rc = tokenTableStillTrusted(conn);
-	return rc != SQLITE_OK ? rc : rcRow;
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 static int
@@ -585,9 +440,7 @@ runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
-	if (rc != SQLITE_DONE)
-		return rc;
-	return tokenTableStillTrusted(conn);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 /* ---------------------------------------------------------------------
@@ -623,7 +476,7 @@ outerWriter(FenceConn *conn)
 	{
 		if (p == conn->pSelectToken || p == conn->pAdvanceToken ||
 			p == conn->pDeleteToken || p == conn->pEnlist ||
-			p == conn->pEnlistMain || p == conn->pCanaryToken)
+			p == conn->pEnlistMain)
 			continue;
 		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
 			return p;
@@ -997,24 +850,20 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		bWrote = sqlite3_changes(conn->db) > 0;
 
 		/*
-		 * Read back what was written: an authorizer may have cut the token
-		 * out of the UPDATE, or the INSERT out of the statement (a read
-		 * back costs less than a RETURNING clause). No row written means
-		 * another connection raised the highest between our read and our
-		 * write, which can only happen when there is no open transaction
-		 * to hold the write lock (an autocommit SELECT, whose enlisting
-		 * statement has already committed): judge again. Either way a
-		 * highest still below the token (or none) means the write did not
-		 * take effect: never say "accepted" without having recorded it.
+		 * No row written: another connection raised the highest between
+		 * our read and our write, which can only happen when there is no
+		 * open transaction to hold the write lock (an autocommit SELECT,
+		 * whose enlisting statement has already committed): judge again.
 		 */
-		rc = readHighest(conn, z, n, 1, &has, &highest);
-		if (rc != SQLITE_OK)
-			return rc;
-		hintSet(conn, z, n, has, highest);
-		if (!has || highest < token || (bWrote && highest != token))
-			return untrusted(conn, bWrote ? "the advance of main.fence_tokens did not write "
-							 "the token it was given" : "the advance of main.fence_tokens "
-							 "did not take effect", z, n);
+		if (bWrote)
+			highest = token;
+		else
+		{
+			rc = readHighest(conn, z, n, 1, &has, &highest);
+			if (rc != SQLITE_OK)
+				return rc;
+		}
+		hintSet(conn, z, n, 1, highest);
 		if (!fence_verdict_accepts(fence_decide(has, highest, token)))
 		{
 			*pStale = 1;
@@ -1347,17 +1196,6 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	writingBegin(conn, z, n, 0, 1);
 	rc = runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, z, n, 0);
 	writingEnd(conn);
-	if (rc == SQLITE_OK)
-	{
-		/* a delete that an authorizer blinded deletes nothing, silently */
-		int			has;
-		sqlite3_int64 highest;
-
-		rc = readHighest(conn, z, n, 1, &has, &highest);
-		if (rc == SQLITE_OK && has)
-			rc = untrusted(conn, "fence_reset's delete from main.fence_tokens did not take "
-						   "effect", z, n);
-	}
 	/* the transaction no longer holds what was forgotten (undone on rollback) */
 	fenceGuardMemoForget(conn);
 	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&

@@ -128,9 +128,6 @@ typedef struct FenceConn
 	sqlite3_stmt *pDeleteToken;
 	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
 	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
-	sqlite3_stmt *pCanaryToken;
-	int			nTokensReprepared;	/* the three's SQLITE_STMTSTATUS_REPREPARE, summed,
-									 * when fence_tokens' shape was last checked */
 	int			sharedCache;	/* FENCE_SHARED_*: main in shared-cache mode? (fence.c) */
 	/* the highest-token cache (fence_cache.c) */
 	unsigned	cacheGen;		/* entries of this generation are verdicts */

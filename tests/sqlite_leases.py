@@ -422,7 +422,7 @@ def test_attacks(d):
               "expires_at TEXT)")
     h.execute("INSERT INTO fence_leases VALUES ('r', 'a', '9', '99999999999999')")
     err = raises(h, "SELECT fence_acquire('r', 'b', 1000)")
-    ok(err and "main.fence_leases is not a table fence created" in err[0] and
+    ok(err and "main.fence_leases is not the table fence makes" in err[0] and
        h.execute("SELECT * FROM fence_leases").fetchall() == [("r", "a", "9", "99999999999999")],
        "a hand-made fence_leases is refused and left as it is", err)
     h.close()
@@ -435,7 +435,7 @@ def test_attacks(d):
     s2.execute("DROP TABLE fence_leases")
     s2.execute("CREATE TABLE fence_leases(resource TEXT PRIMARY KEY, holder, token, expires_at)")
     err = raises(s1, "SELECT fence_acquire('r', 'b', 1000)")
-    ok(err and "not a table fence created" in err[0] and
+    ok(err and "is not the table fence makes" in err[0] and
        s2.execute("SELECT count(*) FROM fence_leases").fetchone()[0] == 0,
        "a fence_leases swapped in under cached statements is refused", err)
     s1.close()
