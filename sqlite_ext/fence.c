@@ -1431,8 +1431,7 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 /*
  * fence_guard_write(guard, resource, token), fence_guard_fenced(guard,
  * resource): what the triggers of an earlier 1.4 development build call.
- * Their guards are sealed at load (fenceSealOldGuards); one that could not
- * be (a read-only file) is refused here, saying what to do.
+ * Refused, saying what to do.
  */
 static void
 fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -1756,7 +1755,6 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		 * first (fenceHeldConnect) and reports what stops it then.
 		 */
 		(void) fenceHeldConnect(conn);
-		fenceSealOldGuards(db);
 		(void) fenceHeldCreateEnlist(conn);	/* only outside a transaction */
 		fenceCacheWatchCreate(conn);	/* likewise */
 	}

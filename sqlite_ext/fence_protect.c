@@ -65,8 +65,6 @@ typedef struct ProtectSpec
 	char	   *zUniques;		/* the UNIQUE indexes, as fence_guards keeps them */
 	char	   *zConflictIns;	/* keyed: WHERE terms of rows an INSERT replaces */
 	char	   *zNotOld;		/* keyed: "this row is not OLD" */
-	char	   *zWitness;		/* keyed: the columns the look-ups read, as NEW."c",
-								 * joined by char 1 (fence_witness, fence_held.c) */
 } ProtectSpec;
 
 static const char createGuardsSql[] =
@@ -465,63 +463,6 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 }
 
 /*
- * Append NEW."zCol" (NEW.rowid when zCol is NULL) to the witness list: a
- * column the guard's REPLACE look-ups read, whose read fence_witness proves
- * was not blinded by an authorizer (fence_held.c).
- */
-static int
-witnessAdd(char **pzList, const char *zCol)
-{
-	char	   *z;
-
-	if (zCol)
-		z = sqlite3_mprintf("%s%sNEW.\"%w\"", *pzList ? *pzList : "", *pzList ? "\001" : "", zCol);
-	else
-		z = sqlite3_mprintf("%s%sNEW.rowid", *pzList ? *pzList : "", *pzList ? "\001" : "");
-	sqlite3_free(*pzList);
-	*pzList = z;
-	return z ? SQLITE_OK : SQLITE_NOMEM;
-}
-
-/*
- * " AND (SELECT count(*) FROM fence_witness(N, NEW.c1, ...)) IS 1" for the
- * witness list, FENCE_WITNESS_MAX_ARGS columns a call: the statement that
- * fires the trigger cannot be prepared when an authorizer blinded one of
- * them, and an authorizer that skips the SELECT makes it NULL.
- */
-static char *
-witnessChecks(const ProtectSpec *spec)
-{
-	char	   *zSql = sqlite3_mprintf("%s", "");
-	const char *z = spec->zWitness;
-
-	while (zSql && z && *z)
-	{
-		char	   *zArgs = sqlite3_mprintf("%s", "");
-		int			n = 0;
-		char	   *zNext;
-
-		while (zArgs && *z && n < FENCE_WITNESS_MAX_ARGS)
-		{
-			const char *zEnd = strchr(z, '\001');
-			int			nCol = zEnd ? (int) (zEnd - z) : (int) strlen(z);
-
-			zNext = sqlite3_mprintf("%s, %.*s", zArgs, nCol, z);
-			sqlite3_free(zArgs);
-			zArgs = zNext;
-			n++;
-			z = zEnd ? zEnd + 1 : z + nCol;
-		}
-		zNext = zArgs ? sqlite3_mprintf("%s AND (SELECT count(*) FROM fence_witness(%d%s)) IS 1",
-										zSql, n, zArgs) : NULL;
-		sqlite3_free(zArgs);
-		sqlite3_free(zSql);
-		zSql = zNext;
-	}
-	return zSql;
-}
-
-/*
  * A look-up's term for one more column of a UNIQUE index, AND-joined to
  * zPrev (the columns before, or NULL), which it frees: what the guard
  * writes and what admission looks for (fence_guard.c, checkLookupsCover).
@@ -554,7 +495,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	sqlite3_stmt *stmt = NULL;
 	char	   *zTerms = sqlite3_mprintf("%s", "");
 	char	   *zNotOld = NULL;
-	char	   *zWitness = NULL;
 	int			bReported = 0;	/* the error is set already (not SQLite's) */
 	FenceUniqueIndexes ix;
 	int			rc;
@@ -619,7 +559,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 			sqlite3_free(zChg);
 			zChg = y;
 			zTerm = fenceLookupTerm(zTerm, zCol, x->aCol[j].zColl);
-			if (witnessAdd(&zWitness, zCol) != SQLITE_OK || zTerm == NULL || zChg == NULL)
+			if (zTerm == NULL || zChg == NULL)
 				rc = SQLITE_NOMEM;
 		}
 		if (rc == SQLITE_OK)
@@ -640,7 +580,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	if (bReported)
 	{
 		sqlite3_free(zTerms);
-		sqlite3_free(zWitness);
 		return 0;
 	}
 
@@ -656,8 +595,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	if (rc == SQLITE_OK && zTerms)
 	{
 		/* the rowid (or primary key) is read too, by "this row is not OLD" */
-		if (!bWithoutRowid && witnessAdd(&zWitness, NULL) != SQLITE_OK)
-			rc = SQLITE_NOMEM;
 		if (!bWithoutRowid)
 			zNotOld = sqlite3_mprintf("%s", "c.rowid <> OLD.rowid");
 		else
@@ -676,8 +613,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 						rc = SQLITE_AUTH;	/* a primary key column's name blinded */
 						break;
 					}
-					if (witnessAdd(&zWitness, (const char *) sqlite3_column_text(stmt, 0)) != SQLITE_OK)
-						rc = SQLITE_NOMEM;
 					/* only the row itself, not one its collation calls equal */
 					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\"" FENCE_OLD_COLLATE,
 													zNotOld,
@@ -698,11 +633,10 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 			sqlite3_finalize(stmt);
 		}
 	}
-	if (rc != SQLITE_OK || zTerms == NULL || zNotOld == NULL || (zTerms[0] && zWitness == NULL))
+	if (rc != SQLITE_OK || zTerms == NULL || zNotOld == NULL || 0)
 	{
 		sqlite3_free(zTerms);
 		sqlite3_free(zNotOld);
-		sqlite3_free(zWitness);
 		if (rc == SQLITE_OK || rc == SQLITE_NOMEM)
 			sqlite3_result_error_nomem(ctx);
 		else
@@ -711,7 +645,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	}
 	spec->zConflictIns = zTerms;
 	spec->zNotOld = zNotOld;
-	spec->zWitness = zWitness;
 	return 1;
 }
 
@@ -773,7 +706,7 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 
 	if (spec->zKeyColumn == NULL || zTerm == NULL || *zTerm == '\0')
 		return sqlite3_mprintf("%s", "");
-	zSql = witnessChecks(spec);
+	zSql = sqlite3_mprintf("%s", "");
 	while (zSql && *zTerm)
 	{
 		const char *zEnd = strchr(zTerm, '\001');
@@ -1324,7 +1257,6 @@ done:
 	sqlite3_free(spec.zUniques);
 	sqlite3_free(spec.zConflictIns);
 	sqlite3_free(spec.zNotOld);
-	sqlite3_free(spec.zWitness);
 }
 
 /* fence_unprotect(table): drop the guard; a table without one is left as is. */
@@ -1346,103 +1278,4 @@ fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		sqlite3_result_null(ctx);
 	sqlite3_free(zDrop);
 	sqlite3_free(zCanonical);
-}
-
-/*
- * At load: seal the guards of an older shape. Their triggers check in a body
- * of SELECTs (fence 1.3) or name no guard id (1.2), and an authorizer that
- * answers SQLITE_IGNORE to the guard functions or to those SELECTs skips
- * them without any code of fence's running, so admission cannot refuse
- * them. Each such trigger is replaced by one of the same event, named after
- * it with ":sealed" appended (fence_unprotect finds it by that name too),
- * whose WHEN clause raises (no SELECT, no function: nothing to ignore),
- * until fence_protect makes the guard again. Done only outside a
- * transaction, all or nothing; when the file is read-only or locked, the
- * guards stay as they are and admission refuses them whenever they run.
- */
-void
-fenceSealOldGuards(sqlite3 *db)
-{
-	sqlite3_stmt *stmt = NULL;
-	char	   *zSql = sqlite3_mprintf("%s", "SAVEPOINT fence_seal;\n");
-	char	   *zNames = sqlite3_mprintf("%s", "''");	/* the sealing ones, as an IN list */
-	char	   *zDrops = sqlite3_mprintf("%s", "");
-	int			n = 0;
-	int			rc;
-
-	if (zSql == NULL || zNames == NULL || zDrops == NULL || !sqlite3_get_autocommit(db) ||
-		sqlite3_db_readonly(db, "main") != 0)
-	{
-		sqlite3_free(zSql);
-		sqlite3_free(zNames);
-		sqlite3_free(zDrops);
-		return;
-	}
-	rc = sqlite3_prepare_v2(db,
-							"SELECT name, tbl_name, CASE "
-							"WHEN name GLOB '*:insert' OR name GLOB '*:insert_after' "
-							"OR name GLOB 'fence_insert:*' THEN 'INSERT' "
-							"WHEN name GLOB '*:delete' OR name GLOB 'fence_delete:*' THEN 'DELETE' "
-							"ELSE 'UPDATE' END FROM main.sqlite_schema WHERE type = 'trigger' "
-							"AND ((name GLOB 'fence:[0-9]*:*' "
-							"AND (instr(sql, ?1) > 0 OR instr(sql, ?2) > 0) IS NOT 1) "
-							"OR name GLOB 'fence_insert:*' OR name GLOB 'fence_update:*' "
-							"OR name GLOB 'fence_update_token:*' OR name GLOB 'fence_delete:*') "
-							"AND (instr(sql, 'made by an older fence') > 0) IS NOT 1",
-							-1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		/* shape 3 is as safe as this one (fence_guard.c, checkGuardShape) */
-		sqlite3_bind_text(stmt, 1, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE_3, -1, SQLITE_STATIC);
-	}
-	while (rc == SQLITE_OK && zSql && sqlite3_step(stmt) == SQLITE_ROW)
-	{
-		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-		const char *zTable = (const char *) sqlite3_column_text(stmt, 1);
-		const char *zEvent = (const char *) sqlite3_column_text(stmt, 2);
-		char	   *z;
-
-		if (zName == NULL || zTable == NULL || zEvent == NULL)
-			break;
-		/* the sealing trigger first, under a name of its own: see below */
-		z = sqlite3_mprintf("%sCREATE TRIGGER main.\"%w:sealed\" BEFORE %s ON \"%w\" "
-							"WHEN CASE WHEN 1 THEN "
-							"RAISE(ABORT, 'fence guard refused: the guard of \"%q\" was made by an "
-							"older fence, of a shape an authorizer can skip; run fence_protect on "
-							"the table again to replace its guard') END BEGIN SELECT 0; END;\n",
-							zSql, zName, zEvent, zTable, zTable);
-		sqlite3_free(zSql);
-		zSql = z;
-		z = zDrops ? sqlite3_mprintf("%sDROP TRIGGER main.\"%w\";\n", zDrops, zName) : NULL;
-		sqlite3_free(zDrops);
-		zDrops = z;
-		z = zNames ? sqlite3_mprintf("%s, '%q:sealed'", zNames, zName) : NULL;
-		sqlite3_free(zNames);
-		zNames = z;
-		n++;
-	}
-	sqlite3_finalize(stmt);
-	if (zSql && zNames && zDrops && n > 0)
-	{
-		/*
-		 * The old triggers are dropped only once every sealing trigger reads
-		 * back: an authorizer answering SQLITE_IGNORE to CREATE TRIGGER (and
-		 * to SAVEPOINT, so that nothing could be rolled back) must not leave
-		 * the old ones dropped and nothing in their place.
-		 */
-		char	   *zCheck = sqlite3_mprintf("SELECT count(*) FROM main.sqlite_schema "
-											 "WHERE type = 'trigger' AND name IN (%s) AND "
-											 "instr(sql, 'made by an older fence') > 0", zNames);
-
-		if (zCheck != NULL && sqlite3_exec(db, zSql, NULL, NULL, NULL) == SQLITE_OK &&
-			readsBack(db, zCheck, n) && sqlite3_exec(db, zDrops, NULL, NULL, NULL) == SQLITE_OK)
-			sqlite3_exec(db, "RELEASE fence_seal", NULL, NULL, NULL);
-		else
-			sqlite3_exec(db, "ROLLBACK TO fence_seal; RELEASE fence_seal", NULL, NULL, NULL);
-		sqlite3_free(zCheck);
-	}
-	sqlite3_free(zSql);
-	sqlite3_free(zNames);
-	sqlite3_free(zDrops);
 }

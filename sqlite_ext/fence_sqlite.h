@@ -226,7 +226,6 @@ void		fenceCacheRolledBackTo(FenceConn *conn);
 void		fenceTokensChangedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 
 /* fence_held.c */
-#define FENCE_WITNESS_MAX_ARGS 15	/* arguments of fence_witness after the count */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
 void		fenceConnRelease(FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
@@ -295,8 +294,6 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
  * guard functions), and is refused until protected again.
  */
 #define FENCE_GUARD_SHAPE "fence guard shape 4"
-/* the shape before: as safe, but its statements are not counted (fence_guard.c) */
-#define FENCE_GUARD_SHAPE_3 "fence guard shape 3"
 
 /*
  * The alias of a per-row guard's REPLACE look-ups ("FROM "T" AS c WHERE",
@@ -490,7 +487,6 @@ char	   *fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl);
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void		fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceSealOldGuards(sqlite3 *db);
 
 /*
  * The entry point (the file name fence.so gives its name), the one symbol
