@@ -741,14 +741,15 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 
 /*
  * A guard trigger's check is its WHEN clause, not a SELECT in its body:
- * "CASE WHEN (<checks>) THEN 0 ELSE RAISE(...) END", where every check is
- * an IS [NOT] test, true or false and never NULL: when one is not true (a
- * call did not run) the RAISE is reached. Not "NOT (<checks>) AND
- * RAISE(...)": SQLite evaluates CASE branches lazily and in order, while
- * from 3.51 it may evaluate the right operand of an AND first when the
- * left holds a subquery, and that RAISE then fired for every row. The
- * body is never reached. It writes fence_join, which makes SQLite join that table to the transaction when a statement that
- * fires the trigger starts (fence_held.c), so that the guard need not run a
+ * "NOT (<checks>)", where every check is an IS [NOT] test, true or false
+ * and never NULL, and the body, reached only when one is not true (a call
+ * did not run), raises. The RAISE is in the body, not "NOT (<checks>) AND
+ * RAISE(...)" in the WHEN: from 3.51 SQLite may evaluate the right operand
+ * of an AND first when the left holds a subquery, and that RAISE then fired
+ * for every row. When all hold, the WHEN is one jump, no CASE, and the
+ * body is never reached. It writes fence_join, which makes SQLite join
+ * that table to the transaction when a statement that fires the trigger
+ * starts (fence_held.c), so that the guard need not run a
  * statement of its own to learn where the transaction ends; and it reads
  * it (a DELETE finds its rows first), so that SQLite plans a read of
  * fence_join whenever it prepares such a statement, which fence_guard.c
@@ -757,12 +758,12 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * least (callgrind: 17 instructions a row more than an INSERT that only
  * joins, against 66 for that INSERT and a SELECT). Takes the guard's tag
  * last (guardTag).
- * The comment FENCE_GUARD_SHAPE marks the triggers of this shape: admission
- * refuses a guard whose triggers lack it (fence_guard.c).
+ * The comment FENCE_GUARD_SHAPE marks the triggers of this shape, whose
+ * statements admission may count (fence_guard.c).
  */
-#define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ CASE WHEN ("
-#define GUARD_WHEN_RAISE ") THEN 0 ELSE RAISE(ABORT, " FENCE_GUARD_RAISE_SQL ") END"
-#define GUARD_WHEN_TAIL GUARD_WHEN_RAISE " BEGIN DELETE FROM fence_join WHERE 0; END"
+#define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
+#define GUARD_WHEN_RAISE "SELECT RAISE(ABORT, " FENCE_GUARD_RAISE_SQL ");"
+#define GUARD_WHEN_TAIL ") BEGIN DELETE FROM fence_join WHERE 0; " GUARD_WHEN_RAISE " END"
 
 /*
  * The triggers that fire only with another of the guard's (insert_after
@@ -770,7 +771,7 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * statement joins it, and is counted, through the other. Their body is the
  * smallest.
  */
-#define GUARD_WHEN_TAIL_SECOND GUARD_WHEN_RAISE " BEGIN SELECT 0; END"
+#define GUARD_WHEN_TAIL_SECOND ") BEGIN " GUARD_WHEN_RAISE " END"
 
 /*
  * How the RAISE names the guard: G, and a one-resource guard's resource,

@@ -823,23 +823,6 @@ def default_replace_attacks():
            "fence_protect refuses, or a NULL token commits nothing" % what,
            "protect: %r\nattack: %r\nrows: %r\ntokens: %r" % (err, aerr, rows, tokens))
 
-    # an authorizer blinding the DEFAULTs (dflt_value reads NULL, as for no DEFAULT)
-    path = os.path.join(work, "dflt-blind.db")
-    c = connect(path)
-    c.execute("CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL DEFAULT 'x' UNIQUE, tok INTEGER)")
-
-    def blind(action, a1, a2, db, trigger):
-        return sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_READ and a2 == "dflt_value" \
-            else sqlite3.SQLITE_OK
-    c.set_authorizer(blind)
-    err = attempt(c, "SELECT fence_protect('a', 'tok', 'a:', 'k')")
-    c.set_authorizer(None)
-    n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
-    c.close()
-    ok(err is not None and n == 0,
-       "an authorizer that blinds the columns' DEFAULTs: fence_protect refuses, no guard made",
-       (err, n))
-
     # what the guard does not read: no reason to refuse
     path, c, err, n = setup(30, "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL UNIQUE, "
                             "at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, n INTEGER DEFAULT 0, "
@@ -1441,52 +1424,6 @@ def review2_attacks():
     ok(err is not None and (3, -1, 5) not in rows,
        "a RAISE(IGNORE) trigger created mid-transaction does not skip the AFTER check",
        "%r %r" % (err, rows))
-
-    # an authorizer answering SQLITE_IGNORE for the guard's functions (their
-    # calls give NULL) or for the SELECTs of fence's triggers (skipped)
-    def blind_functions(action, a1, a2, db, trigger):
-        if action == sqlite3.SQLITE_FUNCTION and (a2 or "").startswith("fence_guard_"):
-            return sqlite3.SQLITE_IGNORE
-        return sqlite3.SQLITE_OK
-
-    def blind_selects(action, a1, a2, db, trigger):
-        if action == sqlite3.SQLITE_SELECT and (trigger or "").startswith("fence:"):
-            return sqlite3.SQLITE_IGNORE
-        return sqlite3.SQLITE_OK
-
-    def blind_reads(action, a1, a2, db, trigger):
-        if action == sqlite3.SQLITE_READ and (trigger or "").startswith("fence:"):
-            return sqlite3.SQLITE_IGNORE
-        return sqlite3.SQLITE_OK
-
-    for auth, what in ((blind_functions, "fence_guard_* calls"),
-                       (blind_selects, "the SELECTs of fence's triggers"),
-                       (blind_reads, "the column reads of fence's triggers (NULL)")):
-        for sql in ("UPDATE acct SET v = 99, tok = 1 WHERE k = 'a'",
-                    "UPDATE acct SET v = 99 WHERE k = 'a'",
-                    "INSERT INTO acct VALUES ('c', 'uc', 1, 0)",
-                    "INSERT OR REPLACE INTO acct VALUES ('c', 'ua', 1, 0)",
-                    "DELETE FROM acct WHERE k = 'b'",
-                    "UPDATE single SET v = 99, tok = 1",
-                    "INSERT INTO single VALUES (3, 1, 0)"):
-            path = fresh_db()
-            table = "single" if "single" in sql else "acct"
-            before = committed(path, table)
-            c = connect(path)
-            c.set_authorizer(auth)
-            err = attempt(c, sql)
-            c.set_authorizer(None)
-            c.close()
-            unchanged(path, table, before,
-                      "an authorizer ignoring %s does not pass: %s" % (what, sql), err)
-    path = fresh_db()
-    c = connect(path)
-    c.set_authorizer(lambda *a: sqlite3.SQLITE_OK)
-    err = attempt(c, "UPDATE acct SET v = 2, tok = 9 WHERE k = 'a'")
-    c.close()
-    rows, _ = committed(path, "acct")
-    ok(err is None and rows[0] == ("a", "ua", 2, 9),
-       "an authorizer that allows everything leaves the guard working", "%r %r" % (err, rows))
 
     # a UNIQUE index dropped and made again under its name on other columns
     path = os.path.join(work, "reindex.db")
