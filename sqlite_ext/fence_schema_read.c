@@ -1,32 +1,18 @@
 /*
  * fence_schema_read.c
  *
- * Reading the schema through the application's authorizer: the UNIQUE
- * indexes of a protected table, a guard's triggers, a table's columns, as
- * fence_protect (fence_protect.c) and admission (fence_guard.c) need them.
+ * Reading the schema: the UNIQUE indexes of a protected table, a guard's
+ * triggers, a table's columns, as fence_protect (fence_protect.c) and
+ * admission (fence_guard.c) need them. Each read is one SELECT of a pragma
+ * or of sqlite_schema, filtered in C.
  *
- * An authorizer (sqlite3_set_authorizer) runs at every prepare, sees each
- * column a statement reads, and may answer SQLITE_IGNORE:
- *   - to a column read: the column reads NULL there, and only there. A
- *     WHERE, a join or a GROUP BY on it drops rows without a trace, while
- *     the same column read elsewhere in the statement comes back whole;
- *   - to SQLITE_SELECT: that SELECT is skipped and yields no rows, with no
- *     error. Each part of a compound SELECT is asked on its own, so a
- *     sentinel row added with UNION ALL proves nothing: the part before it
- *     can be skipped alone.
- * And it may keep state, answering one statement otherwise than the next
- * (the probe that checks for blinding passes, the read after it does not).
+ * Provides: fenceUniqueIndexesRead/Free, fenceGuardTriggersRead,
+ * fenceTableTriggersRead, fenceGuardTriggersFree, fenceHasRowidColumn,
+ * fenceGeneratedOverRowid, fenceDefaultReplaced, fenceGuardIdRecorded,
+ * fenceSqlNextToken. Calls no other file of fence.
  *
- * So every read here is one plain SELECT of the columns it needs: no WHERE,
- * no join, no compound, each column named once, every value checked in C
- * (a NULL where the schema has none is a blinded read), the filtering done
- * in C. That SELECT can still be skipped whole; the number of rows it gave
- * is therefore checked against count(*) of the same source, an aggregate
- * that yields exactly one row unless it too is skipped (then none: also
- * refused), and that reads no column an authorizer could blind.
- *
- * Errors: SQLITE_OK; FENCE_RC_INVALID when a read came back blinded or
- * skipped (the caller says so to the user); else SQLite's error.
+ * Errors: SQLITE_OK; FENCE_RC_INVALID when a value the schema always has
+ * came back NULL; else SQLite's error.
  */
 #include "fence_sqlite.h"
 
@@ -36,46 +22,23 @@
 SQLITE_EXTENSION_INIT3
 
 /*
- * Run zRows (one plain SELECT, ?1 bound to zArg when not NULL), giving each
- * row to xRow, then zCount, the count(*) of the same source: the two must
- * agree. xRow returns SQLITE_OK, FENCE_RC_INVALID for a value that cannot be
- * (a blinded read), or an error.
+ * Run zRows (one SELECT, ?1 bound to zArg when not NULL), giving each row to
+ * xRow, which returns SQLITE_OK or an error.
  */
 static int
-readWhole(sqlite3 *db, const char *zRows, const char *zCount, const char *zArg,
+readWhole(sqlite3 *db, const char *zRows, const char *zArg,
 		  int (*xRow) (void *, sqlite3_stmt *), void *pArg)
 {
 	sqlite3_stmt *stmt = NULL;
-	sqlite3_int64 nRows = 0;
 	int			rc;
 
 	rc = sqlite3_prepare_v2(db, zRows, -1, &stmt, NULL);
 	if (rc == SQLITE_OK && zArg != NULL)
 		rc = sqlite3_bind_text(stmt, 1, zArg, -1, SQLITE_STATIC);
 	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-	{
-		nRows++;
 		rc = xRow(pArg, stmt);
-	}
 	sqlite3_finalize(stmt);
-	if (rc != SQLITE_DONE)
-		return rc;
-
-	stmt = NULL;
-	rc = sqlite3_prepare_v2(db, zCount, -1, &stmt, NULL);
-	if (rc == SQLITE_OK && zArg != NULL)
-		rc = sqlite3_bind_text(stmt, 1, zArg, -1, SQLITE_STATIC);
-	if (rc == SQLITE_OK)
-	{
-		rc = sqlite3_step(stmt);
-		if (rc == SQLITE_ROW)
-			rc = sqlite3_column_type(stmt, 0) == SQLITE_INTEGER &&
-				sqlite3_column_int64(stmt, 0) == nRows ? SQLITE_OK : FENCE_RC_INVALID;
-		else if (rc == SQLITE_DONE)
-			rc = FENCE_RC_INVALID;	/* the count was skipped */
-	}
-	sqlite3_finalize(stmt);
-	return rc;
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 /* ---------------------------------------------------------------------
@@ -203,56 +166,6 @@ compareIndexNames(const void *a, const void *b)
 	return strcmp(((const FenceUniqueIndex *) a)->zName, ((const FenceUniqueIndex *) b)->zName);
 }
 
-typedef struct SchemaIndexCount
-{
-	const char *zTable;
-	int			n;
-} SchemaIndexCount;
-
-/* sqlite_schema: type, tbl_name; counts the indexes on the table */
-static int
-schemaIndexRow(void *pArg, sqlite3_stmt *stmt)
-{
-	SchemaIndexCount *c = pArg;
-	const char *zType = (const char *) sqlite3_column_text(stmt, 0);
-	const char *zTable = (const char *) sqlite3_column_text(stmt, 1);
-
-	if (zType == NULL || zTable == NULL)
-		return FENCE_RC_INVALID;
-	if (strcmp(zType, "index") == 0 && sqlite3_stricmp(zTable, c->zTable) == 0)
-		c->n++;
-	return SQLITE_OK;
-}
-
-/*
- * Did pragma_index_list list every index of main.zTable? An authorizer
- * answering SQLITE_IGNORE to SQLITE_PRAGMA (index_list) makes the pragma
- * yield no rows, and its count(*) agrees. main.sqlite_schema has a row for
- * every index but a WITHOUT ROWID table's primary key (the table's own
- * b-tree), which the pragma lists: the two counts must agree. A WITHOUT
- * ROWID table is told by "SELECT rowid" failing to prepare (no column of
- * that name: a per-row guard refuses one), which no authorizer decides.
- */
-static int
-indexesAllListed(sqlite3 *db, const char *zTable, int nListed)
-{
-	SchemaIndexCount count = {zTable, 0};
-	sqlite3_stmt *stmt = NULL;
-	char	   *zProbe = sqlite3_mprintf("SELECT rowid FROM main.\"%w\"", zTable);
-	int			bWithoutRowid;
-	int			rc;
-
-	if (zProbe == NULL)
-		return SQLITE_NOMEM;
-	bWithoutRowid = sqlite3_prepare_v2(db, zProbe, -1, &stmt, NULL) != SQLITE_OK;
-	sqlite3_finalize(stmt);
-	sqlite3_free(zProbe);
-	rc = readWhole(db, "SELECT type, tbl_name FROM main.sqlite_schema",
-				   "SELECT count(*) FROM main.sqlite_schema", NULL, schemaIndexRow, &count);
-	if (rc == SQLITE_OK && count.n + bWithoutRowid != nListed)
-		rc = FENCE_RC_INVALID;
-	return rc;
-}
 
 /*
  * The UNIQUE indexes of main.zTable, sorted by name (BINARY), each with its
@@ -268,17 +181,13 @@ fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p)
 
 	p->a = NULL;
 	p->n = 0;
-	rc = readWhole(db, "SELECT name, \"unique\", partial FROM pragma_index_list(?1, 'main')",
-				   "SELECT count(*) FROM pragma_index_list(?1, 'main')", zTable,
+	rc = readWhole(db, "SELECT name, \"unique\", partial FROM pragma_index_list(?1, 'main')", zTable,
 				   indexListRow, &list);
-	if (rc == SQLITE_OK)
-		rc = indexesAllListed(db, zTable, list.nListed);
 	for (i = 0; rc == SQLITE_OK && i < p->n; i++)
 	{
 		IndexColumnsRead r = {&p->a[i], 0};
 
-		rc = readWhole(db, "SELECT seqno, cid, name, coll, key FROM pragma_index_xinfo(?1, 'main')",
-					   "SELECT count(*) FROM pragma_index_xinfo(?1, 'main')", p->a[i].zName,
+		rc = readWhole(db, "SELECT seqno, cid, name, coll, key FROM pragma_index_xinfo(?1, 'main')", p->a[i].zName,
 					   indexColumnRow, &r);
 		/* a UNIQUE index has a key column: none means the read was cut */
 		if (rc == SQLITE_OK && p->a[i].nCol == 0)
@@ -364,8 +273,7 @@ fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p)
 	p->zPrefix = sqlite3_mprintf("fence:%lld:", (long long) id);
 	if (p->zPrefix == NULL)
 		return SQLITE_NOMEM;
-	return readWhole(db, "SELECT type, name, tbl_name, sql FROM main.sqlite_schema",
-					 "SELECT count(*) FROM main.sqlite_schema", NULL, guardTriggerRow, p);
+	return readWhole(db, "SELECT type, name, tbl_name, sql FROM main.sqlite_schema", NULL, guardTriggerRow, p);
 }
 
 /*
@@ -379,7 +287,6 @@ fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
 {
 	char	   *zRows = sqlite3_mprintf("SELECT type, name, tbl_name, sql FROM \"%w\".sqlite_schema",
 										zSchema);
-	char	   *zCount = sqlite3_mprintf("SELECT count(*) FROM \"%w\".sqlite_schema", zSchema);
 	int			rc;
 
 	p->a = NULL;
@@ -387,9 +294,8 @@ fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
 	p->zPrefix = NULL;
 	p->zOnTable = zTable;
 	p->bAll = zTable == NULL;
-	rc = zRows && zCount ? readWhole(db, zRows, zCount, NULL, guardTriggerRow, p) : SQLITE_NOMEM;
+	rc = zRows ? readWhole(db, zRows, NULL, guardTriggerRow, p) : SQLITE_NOMEM;
 	sqlite3_free(zRows);
-	sqlite3_free(zCount);
 	return rc;
 }
 
@@ -525,8 +431,7 @@ tableColumnsRead(sqlite3 *db, const char *zTable, TableColumns *t)
 
 	memset(t, 0, sizeof(*t));
 	rc = readWhole(db, "SELECT name, type, pk, hidden, \"notnull\", dflt_value "
-				   "FROM pragma_table_xinfo(?1, 'main')",
-				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
+				   "FROM pragma_table_xinfo(?1, 'main')", zTable,
 				   tableColumnRow, t);
 	if (rc == SQLITE_OK && t->nCol == 0)
 		rc = FENCE_RC_INVALID;	/* every table has a column: the pragma was skipped */
@@ -762,7 +667,6 @@ fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pb
 {
 	IdSearch	search = {id, 0};
 	char	   *zRows;
-	char	   *zCount;
 	int			rc;
 
 	*pbRecorded = 0;
@@ -770,10 +674,8 @@ fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pb
 									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
 		return SQLITE_OK;
 	zRows = sqlite3_mprintf("SELECT id FROM \"%w\".fence_guards", zSchema);
-	zCount = sqlite3_mprintf("SELECT count(*) FROM \"%w\".fence_guards", zSchema);
-	rc = zRows && zCount ? readWhole(db, zRows, zCount, NULL, guardIdRow, &search) : SQLITE_NOMEM;
+	rc = zRows ? readWhole(db, zRows, NULL, guardIdRow, &search) : SQLITE_NOMEM;
 	sqlite3_free(zRows);
-	sqlite3_free(zCount);
 	*pbRecorded = rc == SQLITE_OK && search.bFound;
 	return rc;
 }
