@@ -1079,9 +1079,13 @@ fenceValueInt64(sqlite3_value *v, sqlite3_int64 *p)
 static int
 argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
 {
-	if (sqlite3_value_type(v) == SQLITE_NULL)
+	int			t = sqlite3_value_type(v);
+
+	if (t == SQLITE_INTEGER)
+		*pToken = sqlite3_value_int64(v);
+	if (t == SQLITE_NULL)
 		resultInvalid(ctx, "token", FENCE_NULL, 0, 0);
-	else if (!fenceValueInt64(v, pToken))
+	else if (t != SQLITE_INTEGER && !fenceValueInt64(v, pToken))
 		resultInvalid(ctx, "token", FENCE_NOT_INTEGER, 0, 0);
 	else if (fence_check_token(*pToken) != FENCE_VALID)
 		resultInvalid(ctx, "token", FENCE_NEGATIVE, 0, *pToken);

@@ -740,30 +740,29 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 }
 
 /*
- * A guard trigger's check is its WHEN clause, not a SELECT in its body:
- * "NOT (<checks>)", where every check is an IS [NOT] test, true or false
- * and never NULL, and the body, reached only when one is not true (a call
- * did not run), raises. The RAISE is in the body, not "NOT (<checks>) AND
- * RAISE(...)" in the WHEN: from 3.51 SQLite may evaluate the right operand
- * of an AND first when the left holds a subquery, and that RAISE then fired
- * for every row. When all hold, the WHEN is one jump, no CASE, and the
- * body is never reached. It writes fence_join, which makes SQLite join
+ * A guard trigger's check is its WHEN clause, "NOT (<checks>)", not a
+ * SELECT in its body: every check is an IS [NOT] test, true or false and
+ * never NULL, and each call raises when it refuses; when all hold the WHEN
+ * is one jump and the body is never reached. No RAISE sits in the WHEN (the
+ * form "NOT (<checks>) AND RAISE(...)" fired that RAISE for every row from
+ * SQLite 3.51, which may evaluate the right operand of an AND first when
+ * the left holds a subquery), and none in the body: a call that returns
+ * NULL without raising would be one an authorizer ignored, which fence
+ * trusts (docs/trust.md), and a second statement in the body costs every
+ * row a larger frame. The body writes fence_join, which makes SQLite join
  * that table to the transaction when a statement that fires the trigger
- * starts (fence_held.c), so that the guard need not run a
- * statement of its own to learn where the transaction ends; and it reads
- * it (a DELETE finds its rows first), so that SQLite plans a read of
- * fence_join whenever it prepares such a statement, which fence_guard.c
- * counts to know when it must read the schema again (admittedByCount). Of
- * the forms that do both, DELETE ... WHERE 0 costs the trigger's frame
- * least (callgrind: 17 instructions a row more than an INSERT that only
- * joins, against 66 for that INSERT and a SELECT). Takes the guard's tag
- * last (guardTag).
- * The comment FENCE_GUARD_SHAPE marks the triggers of this shape, whose
- * statements admission may count (fence_guard.c).
+ * starts (fence_held.c), so that the guard need not run a statement of its
+ * own to learn where the transaction ends; and it reads it (a DELETE finds
+ * its rows first), so that SQLite plans a read of fence_join whenever it
+ * prepares such a statement, which fence_guard.c counts to know when it
+ * must read the schema again (admittedByCount). Of the forms that do both,
+ * DELETE ... WHERE 0 costs the trigger's frame least (callgrind: 17
+ * instructions a row more than an INSERT that only joins, against 66 for
+ * that INSERT and a SELECT). The comment FENCE_GUARD_SHAPE marks the
+ * triggers of this shape, whose statements admission may count.
  */
 #define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
-#define GUARD_WHEN_RAISE "SELECT RAISE(ABORT, " FENCE_GUARD_RAISE_SQL ");"
-#define GUARD_WHEN_TAIL ") BEGIN DELETE FROM fence_join WHERE 0; " GUARD_WHEN_RAISE " END"
+#define GUARD_WHEN_TAIL ") BEGIN DELETE FROM fence_join WHERE 0; END"
 
 /*
  * The triggers that fire only with another of the guard's (insert_after
@@ -771,30 +770,8 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * statement joins it, and is counted, through the other. Their body is the
  * smallest.
  */
-#define GUARD_WHEN_TAIL_SECOND ") BEGIN " GUARD_WHEN_RAISE " END"
+#define GUARD_WHEN_TAIL_SECOND ") BEGIN SELECT 0; END"
 
-/*
- * How the RAISE names the guard: G, and a one-resource guard's resource,
- * whose calls do not pass it, or a per-row guard's UNIQUE indexes as
- * fence_protect recorded them (zUniques, fenceUniqueSignature), which its
- * REPLACE look-ups were written for. Admission finds this text in each of
- * the guard's triggers (checkGuardShape), so that a record of
- * main.fence_guards edited to another resource, or to other indexes (one
- * made later, which a REPLACE could then delete through unchecked), is
- * refused, not obeyed: the record is a table anyone can UPDATE, the
- * triggers change only by DDL, which fence sees. zUniques NULL: G alone
- * (what a per-row guard of shape 3 carries).
- */
-char *
-fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques)
-{
-	if (zResource != NULL)
-		return sqlite3_mprintf("%lld (resource \"%q\")", (long long) id, zResource);
-	if (zUniques != NULL)
-		return sqlite3_mprintf("%lld (unique indexes: %q)", (long long) id,
-							   zUniques[0] ? zUniques : "none");
-	return sqlite3_mprintf("%lld", (long long) id);
-}
 
 static char *
 protectSql(const ProtectSpec *spec)
@@ -816,10 +793,8 @@ protectSql(const ProtectSpec *spec)
 	char	   *zTokenTrigger = NULL;
 	char	   *zSql = NULL;
 	long long	G = (long long) spec->id;
-	char	   *zTag = spec->zKeyColumn ? fenceGuardTag(spec->id, NULL, spec->zUniques) :
-		fenceGuardTag(spec->id, spec->zResource, NULL);
 
-	if (!zTag || !zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
+	if (!zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
 		!zDelete || (spec->zTokenColumn && (!zUpdateToken || !zUpdateTokenConflicts)))
 		goto done;
 
@@ -834,19 +809,19 @@ protectSql(const ProtectSpec *spec)
 			"CASE WHEN NEW.\"%w\" <> -1 THEN %s ELSE 1 END%s" GUARD_WHEN_TAIL ";\n"
 			"CREATE TRIGGER main.\"fence:%lld:insert_after\" AFTER INSERT ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL_SECOND ";\n",
-			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, zTag, G, T,
-			zInsert, zTag);
+			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, G, T,
+			zInsert);
 	else
 		zInsertTriggers = sqlite3_mprintf(
 			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n",
-			G, T, zInsert, zInsertConflicts, zTag);
+			G, T, zInsert, zInsertConflicts);
 	/* created after "update" so that it runs first */
 	zTokenTrigger = spec->zTokenColumn ?
 		sqlite3_mprintf("CREATE TRIGGER main.\"fence:%lld:update_token\" "
 						"BEFORE UPDATE OF \"%w\" ON \"%w\" "
 						"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL_SECOND ";\n",
-						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts, zTag) :
+						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts) :
 		sqlite3_mprintf("%s", "");
 	if (zInsertTriggers && zTokenTrigger)
 		zSql = sqlite3_mprintf(
@@ -857,11 +832,10 @@ protectSql(const ProtectSpec *spec)
 			"CREATE TRIGGER main.\"fence:%lld:delete\" BEFORE DELETE ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n",
 			zInsertTriggers,
-			G, T, zUpdate, zUpdateConflicts, zTag,
+			G, T, zUpdate, zUpdateConflicts,
 			zTokenTrigger,
-			G, T, zDelete, zTag);
+			G, T, zDelete);
 done:
-	sqlite3_free(zTag);
 	sqlite3_free(zInsertTriggers);
 	sqlite3_free(zTokenTrigger);
 	sqlite3_free(zTokenTail);

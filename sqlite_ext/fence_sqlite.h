@@ -473,16 +473,8 @@ int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
 /* fence_protect.c */
-char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques);
 char	   *fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl);
 
-/*
- * The RAISE message of every guard trigger, as an SQL literal, given the
- * guard's tag (fenceGuardTag): written by fence_protect, and looked for by
- * admission, which finds a one-resource guard's resource in it, or a per-row
- * guard's UNIQUE indexes.
- */
-#define FENCE_GUARD_RAISE_SQL "'fence guard %s did not run: write refused'"
 
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
