@@ -290,11 +290,8 @@ readUncommittedRefused(FenceConn *conn, const char *z, int n)
 		return SQLITE_OK;
 	conn->savedRc = FENCE_RC_UNTRUSTED;
 	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-					 "fence: this connection shares its page cache (shared-cache mode) with "
-					 "PRAGMA read_uncommitted on (or could not tell), so it would read other "
-					 "connections' uncommitted tokens for resource \"%.*s\"; fence refuses to "
-					 "judge the token: set PRAGMA read_uncommitted = 0 on connections that use "
-					 "fence (or do not use shared-cache mode)", n, z);
+					 "fence refused: shared cache with read_uncommitted on would read uncommitted "
+					 "tokens of \"%.*s\"; set PRAGMA read_uncommitted = 0", n, z);
 	return FENCE_RC_UNTRUSTED;
 }
 
@@ -1636,10 +1633,8 @@ fenceLocksOff(sqlite3 *db)
 								   strstr(zVfs, "/unix-none") != NULL ||
 								   strncmp(zVfs, "unix-none/", 10) == 0);
 	if ((zFile != NULL && sqlite3_uri_boolean(zFile, "nolock", 0)) || bNoVfsLocks)
-		zMsg = sqlite3_mprintf("fence: this connection opened its database with %s, which turns "
-							   "off SQLite's file locks; fence relies on them to keep a write "
-							   "from committing after a newer token, so it does not load; open "
-							   "the database without it", bNoVfsLocks ? "the unix-none VFS" :
+		zMsg = sqlite3_mprintf("fence not loaded: %s turns off the file locks that order "
+							   "fences; open the database without it", bNoVfsLocks ? "the unix-none VFS" :
 							   "nolock=1");
 #ifndef _WIN32
 	else if (zFile != NULL && zFile[0] != '\0')
@@ -1647,11 +1642,9 @@ fenceLocksOff(sqlite3 *db)
 		struct stat st;
 
 		if (stat(zFile, &st) == 0 && st.st_nlink > 1)
-			zMsg = sqlite3_mprintf("fence: the database file \"%s\" has %lu names (hard links); "
-								   "SQLite keeps a WAL and its lock index per name, so "
-								   "connections through two names do not exclude each other, "
-								   "and fence does not load; remove the other links", zFile,
-								   (unsigned long) st.st_nlink);
+			zMsg = sqlite3_mprintf("fence not loaded: \"%s\" has %lu hard links, and connections "
+								   "through two names do not exclude each other; remove the "
+								   "other links", zFile, (unsigned long) st.st_nlink);
 	}
 #endif
 	sqlite3_free(zVfs);

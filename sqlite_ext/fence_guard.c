@@ -96,11 +96,8 @@ refuseSchemaRead(sqlite3_context *ctx, sqlite3 *db, int rc, const char *zSchema,
 		refuse(ctx, rc, NULL);
 	else if (rc == FENCE_RC_INVALID)
 		refuse(ctx, rc,
-			   sqlite3_mprintf("fence guard refused: the schema of \"%s\" read back blinded or "
-							   "not at all (an authorizer (sqlite3_set_authorizer) that answers "
-							   "SQLITE_IGNORE to reads of sqlite_schema or a PRAGMA table, or "
-							   "to a SELECT?), so fence cannot check %s; let the authorizer "
-							   "allow them", zSchema, zCheck));
+			   sqlite3_mprintf("fence guard refused: a value of the schema of \"%s\" read NULL, "
+							   "so fence cannot check %s", zSchema, zCheck));
 	else
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\" to check "
 										"%s: %s", zSchema, zCheck, sqlite3_errmsg(db)));
@@ -483,11 +480,8 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 		{
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: UNIQUE index \"%s\" of \"%s\" is "
-								   "partial (WHERE): an UPDATE of a column of its WHERE clause "
-								   "alone moves a row into it, past the guard's look-ups, and a "
-								   "REPLACE through it would delete another resource's row; make "
-								   "the index whole, or protect the table with one resource",
-								   ix->a[i].zName, zTable));
+								   "partial; make it whole, or protect the table with one "
+								   "resource", ix->a[i].zName, zTable));
 			return 0;
 		}
 	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr->n; t++)
@@ -546,10 +540,8 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 	if (zMissing != NULL)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" does not look up the "
-							   "rows a REPLACE would delete through each UNIQUE index as it is "
-							   "now (%s; a column renamed and another given its name?); "
-							   "run fence_protect on \"%s\" again", zTable, zMissing, zTable));
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" does not cover "
+							   "REPLACE through %s; run fence_protect again", zTable, zMissing));
 		sqlite3_free(zMissing);
 		return 0;
 	}
@@ -663,12 +655,10 @@ checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			if (triggerMayRewriteRow(tr.a[t].zSql))
 			{
 				refuse(ctx, FENCE_RC_INVALID,
-					   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" is a "
-									   "BEFORE UPDATE trigger that writes, and SQLite reads the "
-									   "row back after BEFORE UPDATE triggers: a column it "
-									   "changes would be written after the per-row guard looked "
-									   "up the rows a REPLACE deletes; make it an AFTER UPDATE "
-									   "trigger, or drop it", azSchema[s], tr.a[t].zName, zTable));
+					   sqlite3_mprintf("fence guard refused: BEFORE UPDATE trigger %s.\"%s\" "
+									   "rewrites rows of \"%s\" after the guard's REPLACE "
+									   "check; make it AFTER UPDATE", azSchema[s],
+									   tr.a[t].zName, zTable));
 				fenceGuardTriggersFree(&tr);
 				sqlite3_free(zOwn);
 				return 0;
@@ -784,16 +774,12 @@ checkDefaultsSeen(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 	if (zReplaced != NULL)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: column \"%s\" of \"%s\" is NOT NULL with "
-							   "a DEFAULT, and %s: under REPLACE, SQLite writes the DEFAULT in "
-							   "place of a NULL after the guard's checks ran; drop the DEFAULT, "
-							   "or write the NOT NULL as CHECK (\"%s\" IS NOT NULL), then run "
-							   "fence_protect on \"%s\" again", zReplaced, zTable,
-							   why == FENCE_DEFAULT_AFTER ? "it is the token column of a guard "
-							   "that checks rows after INSERT (a NULL token is checked as the "
-							   "DEFAULT)" : why == FENCE_DEFAULT_GENERATED ?
-							   "the table has a generated column" : "a UNIQUE index holds it",
-							   zReplaced, zTable));
+			   sqlite3_mprintf("fence guard refused: NOT NULL DEFAULT column \"%s\" of \"%s\" "
+							   "(%s) takes its DEFAULT after the guard ran; drop the DEFAULT "
+							   "or use CHECK (\"%s\" IS NOT NULL)", zReplaced, zTable,
+							   why == FENCE_DEFAULT_AFTER ? "the token, checked after INSERT" :
+							   why == FENCE_DEFAULT_GENERATED ? "beside a generated column" :
+							   "in a UNIQUE index", zReplaced));
 		sqlite3_free(zReplaced);
 		return 0;
 	}
@@ -877,13 +863,9 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		else if (zBad != NULL)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" may "
-								   "RAISE(IGNORE) or run AFTER INSERT, either of which can end "
-								   "the statement (RAISE(IGNORE), RAISE(FAIL), a conflict under "
-								   "INSERT OR FAIL) with the row written and fence's check of "
-								   "a row whose key SQLite assigns (made AFTER INSERT) skipped; "
-								   "make it a BEFORE INSERT trigger without RAISE(IGNORE) (a "
-								   "WHEN clause skips its body instead), or drop it", azSchema[s],
-								   zBad, zTable));
+								   "RAISE(IGNORE) or run AFTER INSERT, before the check of "
+								   "the assigned key; make it BEFORE INSERT without "
+								   "RAISE(IGNORE)", azSchema[s], zBad, zTable));
 		fenceGuardTriggersFree(&tr);
 		if (rc != SQLITE_OK || zBad != NULL)
 		{
@@ -945,11 +927,9 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	}
 	if (rc == SQLITE_DONE)
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: guard %lld is not recorded in this "
-							   "connection's main database; a protected table can be "
-							   "written only through a connection that opens its file as "
-							   "main (not through ATTACH), where its fence_tokens are",
-							   (long long) id));
+			   sqlite3_mprintf("fence guard refused: guard %lld is not recorded in main; "
+							   "write the table through a connection that opens its file as "
+							   "main, not ATTACH", (long long) id));
 	else if (rc != SQLITE_ROW)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read main.fence_guards: %s",
 										(long long) id, sqlite3_errmsg(db)));
@@ -974,25 +954,15 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		else if (rc == FENCE_RC_INVALID)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" read "
-								   "back blinded (an authorizer (sqlite3_set_authorizer) that "
-								   "answers SQLITE_IGNORE to reads of pragma_index_list or "
-								   "pragma_index_xinfo?), and a REPLACE through an index the "
-								   "guard does not see would delete rows unchecked; let the "
-								   "authorizer allow them",
-								   (const char *) sqlite3_column_text(stmt, 3)));
+								   "NULL", (const char *) sqlite3_column_text(stmt, 3)));
 		else
 			refuseSchemaRead(ctx, db, rc, "main", "the UNIQUE indexes of the guarded table");
 	}
 	else if (strcmp(zNow, (const char *) sqlite3_column_text(stmt, 2)) != 0)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" changed "
-							   "since fence_protect (then: %s; now: %s), and a REPLACE "
-							   "through an index the guard does not know would delete rows "
-							   "unchecked; run fence_protect again",
-							   (const char *) sqlite3_column_text(stmt, 3),
-							   sqlite3_column_text(stmt, 2)[0] ?
-							   (const char *) sqlite3_column_text(stmt, 2) : "none",
-							   zNow[0] ? zNow : "none"));
+							   "since fence_protect; run fence_protect again",
+							   (const char *) sqlite3_column_text(stmt, 3)));
 	else
 		ok = 1;
 	if (ok && zRes == NULL)

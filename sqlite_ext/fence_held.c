@@ -517,12 +517,9 @@ heldSync(sqlite3_vtab *pVtab)
 	if (conn->bBroken)
 		pVtab->zErrMsg = sqlite3_mprintf("%s", FENCE_BROKEN_MSG);
 	else
-		pVtab->zErrMsg = sqlite3_mprintf("fence: this transaction wrote the attached database "
-										 "\"%s\", which was attached after its fence was "
-										 "taken without main's write lock: nothing keeps that "
-										 "write from committing after a newer token, so the "
-										 "transaction is rolled back; ATTACH before the "
-										 "transaction's first fence_check", zAttached);
+		pVtab->zErrMsg = sqlite3_mprintf("fence refused: the transaction wrote \"%s\", "
+										 "attached after its first fence; ATTACH before "
+										 "fence_check", zAttached);
 	return SQLITE_ERROR;
 }
 
