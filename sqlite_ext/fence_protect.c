@@ -183,96 +183,32 @@ isGeneratedColumn(sqlite3 *db, const char *zTable, const char *zColumn)
  * Is zColumn zTable's INTEGER PRIMARY KEY, the alias of the rowid? It is
  * when it is the sole primary key column, declared INTEGER, and the table
  * has no separate primary key index (a WITHOUT ROWID table, or the
- * "INTEGER PRIMARY KEY DESC" quirk, has one). A wrong "no" would have the
- * guard check, before the insert, a key SQLite has not assigned yet, so
- * every read proves itself against an authorizer answering SQLITE_IGNORE
- * (a NULL read, a skipped SELECT): the columns listed must be as many as
- * "SELECT *" has, none may read NULL, and the key column's declared type
- * and primary key flag must be what sqlite3_table_column_metadata(), which
- * no authorizer sees, says. 1, 0, or -1 when it cannot tell.
+ * "INTEGER PRIMARY KEY DESC" quirk, has one). 1, 0, or -1 when it cannot
+ * tell.
  */
 static int
 isRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn)
 {
 	sqlite3_stmt *stmt = NULL;
-	char	   *zSql = sqlite3_mprintf("SELECT * FROM main.\"%w\"", zTable);
 	const char *zDeclType = NULL;
-	int			bMetaPk = 0;
-	int			bMetaInteger;
-	int			nCol = 0;
-	int			nRow = 0;
-	int			nPk = 0;
-	int			bKeyPk = 0;
-	int			bKeyInteger = 0;
-	int			bPkIndex = 0;
-	int			rc;
+	int			bPk = 0;
+	int			r = -1;
 
-	if (zSql == NULL)
+	if (sqlite3_table_column_metadata(db, "main", zTable, zColumn, &zDeclType, NULL, NULL,
+									  &bPk, NULL) != SQLITE_OK)
 		return -1;
-	if (sqlite3_prepare_v2(db, zSql, -1, &stmt, NULL) == SQLITE_OK)
-		nCol = sqlite3_column_count(stmt);
-	sqlite3_finalize(stmt);
-	sqlite3_free(zSql);
-	if (nCol == 0 ||
-		sqlite3_table_column_metadata(db, "main", zTable, zColumn, &zDeclType, NULL, NULL,
-									  &bMetaPk, NULL) != SQLITE_OK)
-		return -1;
-	bMetaInteger = zDeclType != NULL && sqlite3_stricmp(zDeclType, "INTEGER") == 0;
-
-	/* table_xinfo without a virtual table's hidden columns: what SELECT * lists */
-	rc = sqlite3_prepare_v2(db, "SELECT name, type, pk FROM pragma_table_xinfo(?1, 'main') "
-							"WHERE hidden IS NOT 1", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-	{
-		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-		const char *zType = (const char *) sqlite3_column_text(stmt, 1);
-
-		rc = SQLITE_OK;
-		if (zName == NULL || zType == NULL || sqlite3_column_type(stmt, 2) != SQLITE_INTEGER)
-		{
-			rc = SQLITE_AUTH;
-			break;
-		}
-		nRow++;
-		if (sqlite3_column_int(stmt, 2) > 0)
-		{
-			nPk++;
-			if (sqlite3_stricmp(zName, zColumn) == 0)
-			{
-				bKeyPk = 1;
-				bKeyInteger = sqlite3_stricmp(zType, "INTEGER") == 0;
-			}
-		}
-	}
-	sqlite3_finalize(stmt);
-	if (rc != SQLITE_DONE || nRow != nCol || bKeyPk != (bMetaPk != 0) ||
-		(bKeyPk && bKeyInteger != bMetaInteger))
-		return -1;
-	if (!(nPk == 1 && bKeyPk && bKeyInteger))
+	if (!bPk || zDeclType == NULL || sqlite3_stricmp(zDeclType, "INTEGER") != 0)
 		return 0;
-
-	rc = sqlite3_prepare_v2(db, "SELECT origin FROM pragma_index_list(?1, 'main')", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+	if (sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM pragma_table_info(?1, 'main') "
+						   "WHERE pk > 0), (SELECT count(*) FROM pragma_index_list(?1, 'main') "
+						   "WHERE origin = 'pk')", -1, &stmt, NULL) == SQLITE_OK)
 	{
-		const char *zOrigin = (const char *) sqlite3_column_text(stmt, 0);
-
-		rc = SQLITE_OK;
-		if (zOrigin == NULL)
-		{
-			rc = SQLITE_AUTH;
-			break;
-		}
-		if (strcmp(zOrigin, "pk") == 0)
-			bPkIndex = 1;
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		if (sqlite3_step(stmt) == SQLITE_ROW)
+			r = sqlite3_column_int(stmt, 0) == 1 && sqlite3_column_int(stmt, 1) == 0;
 	}
 	sqlite3_finalize(stmt);
-	if (rc != SQLITE_DONE)
-		return -1;
-	return !bPkIndex;
+	return r;
 }
 
 static int
@@ -904,35 +840,9 @@ unprotectSql(sqlite3_context *ctx, const char *zFunc, const char *zTable)
 	return zSql;
 }
 
-/*
- * Does zSql (one row, one integer column) read back exactly nWant? An
- * authorizer that blinds a column it reads makes the row not count, and one
- * that skips the SELECT leaves no row: either is "no".
- */
+/* Run zSql, then zThen (if any), as one unit: all of it or none. */
 static int
-readsBack(sqlite3 *db, const char *zSql, sqlite3_int64 nWant)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			bOk = 0;
-
-	if (sqlite3_prepare_v2(db, zSql, -1, &stmt, NULL) == SQLITE_OK &&
-		sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) == SQLITE_INTEGER)
-		bOk = sqlite3_column_int64(stmt, 0) == nWant;
-	sqlite3_finalize(stmt);
-	return bOk;
-}
-
-/*
- * Run zSql, then zThen, as one unit: all of it or none. zCheck, when given,
- * is a query that must read back nCheck after zSql, before zThen runs: an
- * authorizer answering SQLITE_IGNORE to CREATE TRIGGER (or to the INSERT
- * into sqlite_schema it makes) has SQLite skip the statement without an
- * error, and a guard that is not there would never call fence again to be
- * refused.
- */
-static int
-execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql,
-			   const char *zCheck, sqlite3_int64 nCheck, const char *zThen)
+execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql, const char *zThen)
 {
 	sqlite3    *db = sqlite3_context_db_handle(ctx);
 	int			rc = sqlite3_exec(db, "SAVEPOINT fence_protect", NULL, NULL, NULL);
@@ -940,23 +850,14 @@ execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql,
 	if (rc == SQLITE_OK)
 	{
 		rc = sqlite3_exec(db, zSql, NULL, NULL, NULL);
-		if (rc == SQLITE_OK && zCheck != NULL && !readsBack(db, zCheck, nCheck))
-			rc = SQLITE_NOTFOUND;	/* not from SQLite: said below */
 		if (rc == SQLITE_OK && zThen != NULL)
 			rc = sqlite3_exec(db, zThen, NULL, NULL, NULL);
 		if (rc != SQLITE_OK)
 		{
-			char	   *zMsg = rc != SQLITE_NOTFOUND ?
-				sqlite3_mprintf("%s: %s", zFunc, sqlite3_errmsg(db)) :
-				sqlite3_mprintf("%s: the guard's triggers or its row of main.fence_guards "
-								"did not read back as written (an authorizer "
-								"(sqlite3_set_authorizer) that answers SQLITE_IGNORE to "
-								"CREATE TRIGGER, to writes of sqlite_schema or fence_guards, "
-								"or to reads of them?); nothing was changed; let the "
-								"authorizer allow fence's statements", zFunc);
+			char	   *zMsg = sqlite3_mprintf("%s: %s", zFunc, sqlite3_errmsg(db));
 
 			sqlite3_exec(db, "ROLLBACK TO fence_protect; RELEASE fence_protect", NULL, NULL, NULL);
-			resultError(ctx, rc != SQLITE_NOTFOUND ? rc : FENCE_RC_INVALID, zMsg);
+			resultError(ctx, rc, zMsg);
 			return 0;
 		}
 		rc = sqlite3_exec(db, "RELEASE fence_protect", NULL, NULL, NULL);
@@ -1187,43 +1088,22 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		goto done;
 	}
 	{
-		/*
-		 * Protecting again replaces the guard, in one step. The new guard is
-		 * made, and read back, before the old one is dropped: should the
-		 * savepoint itself have been skipped (an authorizer answering
-		 * SQLITE_IGNORE to SAVEPOINT), a refusal must still leave the table
-		 * guarded, by the old triggers at least.
-		 */
+		/* protecting again replaces the guard, in one step */
 		char	   *zAll = sqlite3_mprintf("%s;\n%s"
 										   "INSERT INTO main.fence_guards(id, resource, keyed, uniques) "
 										   "VALUES (%lld, %Q, %d, %Q);\n",
 										   createGuardsSql, zSql, (long long) spec.id,
 										   spec.zResource, spec.zKeyColumn != NULL, spec.zUniques);
 
-		/*
-		 * What must read back: each trigger of the guard, of this shape, on
-		 * this table (three, one more with a token column, one more checked
-		 * AFTER INSERT), and its row of fence_guards.
-		 */
-		char	   *zCheck = sqlite3_mprintf(
-			"SELECT (SELECT count(*) FROM main.sqlite_schema WHERE type = 'trigger' "
-			"AND name GLOB 'fence:%lld:*' AND tbl_name = %Q AND instr(sql, %Q) > 0) + "
-			"(SELECT count(*) FROM main.fence_guards WHERE id = %lld AND resource = %Q "
-			"AND keyed = %d AND uniques = %Q)", (long long) spec.id, zCanonical,
-			FENCE_GUARD_SHAPE, (long long) spec.id, spec.zResource, spec.zKeyColumn != NULL,
-			spec.zUniques);
-		int			nCheck = 3 + (spec.zTokenColumn != NULL) + spec.bKeyIsRowid + 1;
-
-		if (zAll == NULL || zCheck == NULL)
+		if (zAll == NULL)
 			sqlite3_result_error_nomem(ctx);
-		else if (execAtomically(ctx, "fence_protect", zAll, zCheck, nCheck, zDrop))
+		else if (execAtomically(ctx, "fence_protect", zAll, zDrop))
 		{
 			/* this connection's watch on fence_tokens, if it exists (fence_cache.c) */
 			fenceCacheWatchCreate(sqlite3_user_data(ctx));
 			sqlite3_result_null(ctx);
 		}
 		sqlite3_free(zAll);
-		sqlite3_free(zCheck);
 	}
 done:
 	sqlite3_free(zDrop);
@@ -1249,7 +1129,7 @@ fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (zCanonical == NULL)
 		return;
 	zDrop = unprotectSql(ctx, "fence_unprotect", zCanonical);
-	if (zDrop != NULL && execAtomically(ctx, "fence_unprotect", zDrop, NULL, 0, NULL))
+	if (zDrop != NULL && execAtomically(ctx, "fence_unprotect", zDrop, NULL))
 		sqlite3_result_null(ctx);
 	sqlite3_free(zDrop);
 	sqlite3_free(zCanonical);
