@@ -207,10 +207,25 @@ leaseRun(sqlite3 *db, LeaseCall *c)
 	sqlite3_int64 highest = 0;
 	int			bHasHighest = 0;
 	int			bOwnTxn = sqlite3_get_autocommit(db);
-	int			rc = leaseExec(db, "SAVEPOINT fence_lease", c);
+	sqlite3_stmt *apEnd[3] = {NULL, NULL, NULL};	/* ROLLBACK TO, RELEASE, ROLLBACK */
+	static const char *const azEnd[3] = {
+		"ROLLBACK TO fence_lease", "RELEASE fence_lease", "ROLLBACK"
+	};
+	int			rc = SQLITE_OK;
+	int			i;
 
+	/* ending the savepoint must not depend on an allocation: prepared first */
+	for (i = 0; i < 3 && rc == SQLITE_OK; i++)
+		rc = sqlite3_prepare_v2(db, azEnd[i], -1, &apEnd[i], NULL);
+	if (rc == SQLITE_OK)
+		rc = leaseExec(db, "SAVEPOINT fence_lease", c);
 	if (rc != SQLITE_OK)
+	{
+		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "%s", sqlite3_errmsg(db));
+		for (i = 0; i < 3; i++)
+			sqlite3_finalize(apEnd[i]);
 		return rc;
+	}
 	/* the write lock first, so that the busy handler can wait for it */
 	rc = leaseExec(db, "DELETE FROM main.fence_leases WHERE 0", c);
 	if (rc == SQLITE_ERROR)
@@ -267,18 +282,19 @@ leaseRun(sqlite3 *db, LeaseCall *c)
 		/* keep the message: the statements below replace it */
 		if (c->zErr[0] == '\0')
 			sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "%s", sqlite3_errmsg(db));
-		leaseExec(db, "ROLLBACK TO fence_lease", c);
-		leaseExec(db, "RELEASE fence_lease", c);
-		return rc;
+		sqlite3_step(apEnd[0]);
+		sqlite3_step(apEnd[1]);
 	}
-	rc = leaseExec(db, "RELEASE fence_lease", c);
-	if (rc != SQLITE_OK)
-	{
+	else if ((rc = sqlite3_step(apEnd[1])) != SQLITE_DONE)
 		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "%s", sqlite3_errmsg(db));
-		/* a commit that failed (readers in rollback-journal mode): none of it */
-		if (bOwnTxn && !sqlite3_get_autocommit(db))
-			leaseExec(db, "ROLLBACK", c);
-	}
+	else
+		rc = SQLITE_OK;
+	/* a commit that failed (readers in rollback-journal mode), or a savepoint
+	 * left open: none of it, and no transaction the caller never opened */
+	if (bOwnTxn && !sqlite3_get_autocommit(db))
+		sqlite3_step(apEnd[2]);
+	for (i = 0; i < 3; i++)
+		sqlite3_finalize(apEnd[i]);
 	return rc;
 }
 
