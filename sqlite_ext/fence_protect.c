@@ -399,23 +399,6 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 }
 
 /*
- * A look-up's term for one more column of a UNIQUE index, AND-joined to
- * zPrev (the columns before, or NULL), which it frees: what the guard
- * writes and what admission looks for (fence_guard.c, checkLookupsCover).
- * NULL when out of memory.
- */
-char *
-fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl)
-{
-	char	   *z = sqlite3_mprintf("%s%sc.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
-									zPrev ? zPrev : "", zPrev ? " AND " : "", zCol, zCol,
-									zColl ? zColl : "BINARY");
-
-	sqlite3_free(zPrev);
-	return z;
-}
-
-/*
  * For a keyed guard: the WHERE terms (on alias c) that find the rows an
  * INSERT of NEW would replace through each UNIQUE index and the rowid, one
  * term per index joined by char 1, each followed by char 2 and the test

@@ -9,7 +9,10 @@
  * Provides: fenceUniqueIndexesRead/Free, fenceGuardTriggersRead,
  * fenceTableTriggersRead, fenceGuardTriggersFree, fenceHasRowidColumn,
  * fenceGeneratedOverRowid, fenceDefaultReplaced, fenceGuardIdRecorded,
- * fenceSqlNextToken. Calls no other file of fence.
+ * fenceSqlNextToken, fenceLookupTerm (a REPLACE look-up's term, written by
+ * fence_protect.c and looked for by fence_guard.c) and fenceOwnTableShape
+ * (is a table of fence's name the one fence makes?). Calls no other file of
+ * fence.
  *
  * Errors: SQLITE_OK; FENCE_RC_INVALID when a value the schema always has
  * came back NULL; else SQLite's error.
@@ -677,5 +680,76 @@ fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pb
 	rc = zRows ? readWhole(db, zRows, NULL, guardIdRow, &search) : SQLITE_NOMEM;
 	sqlite3_free(zRows);
 	*pbRecorded = rc == SQLITE_OK && search.bFound;
+	return rc;
+}
+
+/*
+ * A look-up's term for one more column of a UNIQUE index, AND-joined to
+ * zPrev (the columns before, or NULL), which it frees: what the guard
+ * writes and what admission looks for (fence_guard.c, checkLookupsCover).
+ * NULL when out of memory.
+ */
+char *
+fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl)
+{
+	char	   *z = sqlite3_mprintf("%s%sc.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
+									zPrev ? zPrev : "", zPrev ? " AND " : "", zCol, zCol,
+									zColl ? zColl : "BINARY");
+
+	sqlite3_free(zPrev);
+	return z;
+}
+
+/*
+ * Is main.zTable (fence_tokens or fence_guards) the table fence creates?
+ * SQLITE_OK when it is, or when there is none yet; FENCE_RC_UNTRUSTED with
+ * *pzErr (sqlite3_malloc'd) saying what is wrong and how to repair it when
+ * another definition holds the name: fence never adopts a table it did not
+ * make (a CSV import makes every column TEXT, and a TEXT token compares as
+ * text). The definition SQLite stores is compared whole: columns, declared
+ * types, collations, NOT NULL, CHECK and WITHOUT ROWID. A dump restored by
+ * the shell or by iterdump keeps that text, so it stays fence's.
+ */
+int
+fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr)
+{
+	int			bTokens = sqlite3_stricmp(zTable, "fence_tokens") == 0;
+	int			bLeases = sqlite3_stricmp(zTable, "fence_leases") == 0;
+	const char *zColumns = bTokens ? FENCE_TOKENS_COLUMNS :
+		bLeases ? FENCE_LEASES_COLUMNS : FENCE_GUARDS_COLUMNS;
+	char	   *zExpected = sqlite3_mprintf("CREATE TABLE %s%s", zTable, zColumns);
+	sqlite3_stmt *stmt = NULL;
+	const char *zFound;
+	int			rc;
+
+	*pzErr = NULL;
+	if (zExpected == NULL)
+		return SQLITE_NOMEM;
+	rc = sqlite3_prepare_v2(db, "SELECT sql, typeof(sql), type FROM main.sqlite_schema "
+							"WHERE name = ?1 COLLATE NOCASE", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		rc = sqlite3_step(stmt);
+	}
+	if (rc == SQLITE_DONE)
+		rc = SQLITE_OK;			/* not there yet: fence creates it */
+	else if (rc != SQLITE_ROW)
+		*pzErr = sqlite3_mprintf("fence: cannot read the definition of main.%s: %s",
+								 zTable, sqlite3_errmsg(db));
+	else if ((zFound = (const char *) sqlite3_column_text(stmt, 0)) != NULL &&
+			 strcmp(zFound, zExpected) == 0)
+		rc = SQLITE_OK;
+	else
+	{
+		rc = FENCE_RC_UNTRUSTED;
+		*pzErr = sqlite3_mprintf("fence refused: main.%s is not the table fence makes; "
+								 "rename it (docs/sqlite-guarantees.md: a table of that name)",
+								 zTable);
+		if (*pzErr == NULL)
+			rc = SQLITE_NOMEM;
+	}
+	sqlite3_finalize(stmt);
+	sqlite3_free(zExpected);
 	return rc;
 }
