@@ -256,7 +256,10 @@ def test_transactions(d):
     for i, begin in enumerate(("BEGIN", "SAVEPOINT s")):
         res = "t%d" % i
         a.execute(begin)
-        tok = one(a, "SELECT fence_acquire(?, 'a', 60000)", (res,))
+        try:
+            tok = one(a, "SELECT fence_acquire(?, 'a', 60000)", (res,))
+        except sqlite3.Error as e:  # fence before 1.4 refused it here
+            tok = str(e)
         a.execute("ROLLBACK")
         ok(tok == 1 and one(b, "SELECT token FROM fence_leases WHERE resource = ?", (res,)) == 1
            and one(b, "SELECT fence_acquire(?, 'b', 60000)", (res,)) is None,
