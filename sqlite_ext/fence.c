@@ -52,14 +52,11 @@
  * input SQLITE_ERROR (not SQLITE_MISMATCH: Python maps that to
  * IntegrityError, which must mean "take the lock again").
  */
-#include "fence_sqlite.h"
+#include "fence_stats.h"
 
 #include <string.h>
-#ifndef _WIN32
-#include <sys/stat.h>
-#endif
 
-SQLITE_EXTENSION_INIT1
+SQLITE_EXTENSION_INIT3
 
 static const char createTokensSql[] =
 "CREATE TABLE IF NOT EXISTS main.fence_tokens" FENCE_TOKENS_COLUMNS;
@@ -88,7 +85,6 @@ static const char deleteTokenSql[] =
 void
 fenceFinalizeStatements(FenceConn *conn)
 {
-	fenceLeaseFinalize(conn);
 	sqlite3_finalize(conn->pSelectToken);
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
@@ -1092,21 +1088,21 @@ checkOrTry(sqlite3_context *ctx, sqlite3_value **argv, int bTry)
 		(void) resultAccept(ctx, z, n, token, bTry);
 }
 
-static void
+void
 fenceCheckFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	(void) argc;
 	checkOrTry(ctx, argv, 0);
 }
 
-static void
+void
 fenceTryFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	(void) argc;
 	checkOrTry(ctx, argv, 1);
 }
 
-static void
+void
 fenceCurrentFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
@@ -1128,7 +1124,7 @@ fenceCurrentFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		sqlite3_result_null(ctx);
 }
 
-static void
+void
 fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
@@ -1341,7 +1337,7 @@ guardFencedChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_valu
  * guard's resource or prefix. fence_guard_write(resource, token), what the
  * triggers of fence 1.2 and older call, passes no id and is refused.
  */
-static void
+void
 fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
@@ -1364,7 +1360,7 @@ fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
  * transaction that holds a fence on the row's resource. The one-argument
  * form of fence 1.2 and older, fence_guard_fenced(resource), is refused.
  */
-static void
+void
 fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
@@ -1380,7 +1376,7 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
  * resource): what the triggers of an earlier 1.4 development build call.
  * Refused, saying what to do.
  */
-static void
+void
 fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	(void) argc;
@@ -1396,7 +1392,7 @@ fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
  * is known only AFTER INSERT): the guard is fence's and the journal can undo
  * the row that the AFTER INSERT guard may refuse.
  */
-static void
+void
 fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
@@ -1430,9 +1426,8 @@ fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
  * type, so a function of the same name that an application defines in SQL
  * or returns NULL cannot pass for it. To SQL it reads as NULL.
  */
-#define FENCE_CONN_POINTER "fence.FenceConn"
 
-static void
+void
 fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	(void) argc;
@@ -1476,243 +1471,4 @@ int
 fenceReadHighest(FenceConn *conn, const char *z, int n, int *pHas, sqlite3_int64 *pHighest)
 {
 	return readHighest(conn, z, n, 0, pHas, pHighest);
-}
-
-/* ---------------------------------------------------------------------
- * Registration
- * ------------------------------------------------------------------ */
-
-/*
- * Flags by role (STYLE.md C6): functions that applications call and that
- * change the fence are DIRECTONLY, so a view or trigger planted in the
- * schema cannot move a fence; fence_current only reads and is INNOCUOUS; the
- * guards must be reachable from our schema triggers and so carry neither,
- * which means they refuse to run under PRAGMA trusted_schema=OFF: protected
- * tables then fail closed ("unsafe use of fence_guard_write()").
- */
-#define APP_WRITES   (SQLITE_UTF8 | SQLITE_DIRECTONLY)
-#define APP_READS    (SQLITE_UTF8 | SQLITE_INNOCUOUS)
-#define FROM_TRIGGER (SQLITE_UTF8)
-
-static const struct FenceFunction
-{
-	const char *name;
-	int			nArg;
-	int			flags;
-	void		(*xFunc) (sqlite3_context *, int, sqlite3_value **);
-}			fenceFunctions[] =
-{
-	{"fence_check", 2, APP_WRITES, fenceCheckFunc},
-	{"fence_try", 2, APP_WRITES, fenceTryFunc},
-	{"fence_current", 1, APP_READS, fenceCurrentFunc},
-	{"fence_reset", 1, APP_WRITES, fenceResetFunc},
-	{"fence_protect", 3, APP_WRITES, fenceProtectFunc},
-	{"fence_protect", 4, APP_WRITES, fenceProtectFunc},
-	{"fence_unprotect", 1, APP_WRITES, fenceUnprotectFunc},
-	{"fence_guard_write", 2, FROM_TRIGGER, fenceGuardWriteFunc},
-	{"fence_guard_write", 4, FROM_TRIGGER, fenceGuardWriteFunc},
-	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardFencedFunc},
-	{"fence_guard_fenced", 3, FROM_TRIGGER, fenceGuardFencedFunc},
-	{"fence_guard_ready", 3, FROM_TRIGGER, fenceGuardReadyFunc},
-	{"fence_tokens_changed", 3, APP_WRITES, fenceTokensChangedFunc},
-	{"fence_acquire", 3, APP_WRITES, fenceAcquireFunc},
-	{"fence_renew", 4, APP_WRITES, fenceRenewFunc},
-	{"fence_release", 3, APP_WRITES, fenceReleaseFunc},
-	{"fence_guard_write", 3, FROM_TRIGGER, fenceGuardOldFunc},
-	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardOldFunc},
-	/* last: its presence says every function above is registered */
-	{"fence_loaded", 0, APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
-};
-
-
-/*
- * FenceConn, zeroed, at the start of a cache line: its first two lines hold
- * what a statement of a many-statement transaction reads (fence_sqlite.h).
- * sqlite3_malloc's memory is aligned to 8 bytes only.
- */
-#define FENCE_CACHE_LINE 64
-_Static_assert(offsetof(FenceConn, pJoined) == FENCE_CACHE_LINE,
-			   "a memo-answered guard call reads FenceConn's first cache line only");
-_Static_assert(offsetof(FenceConn, held.n_entries) + sizeof(int) <= 2 * FENCE_CACHE_LINE,
-			   "a statement savepoint reads FenceConn's second cache line only");
-
-static FenceConn *
-fenceConnAlloc(void)
-{
-	char	   *p = sqlite3_malloc64(sizeof(FenceConn) + FENCE_CACHE_LINE - 1);
-	FenceConn  *conn;
-
-	if (p == NULL)
-		return NULL;
-	conn = (FenceConn *) (p + ((FENCE_CACHE_LINE - (uintptr_t) p % FENCE_CACHE_LINE) %
-							   FENCE_CACHE_LINE));
-	memset(conn, 0, sizeof(*conn));
-	conn->pAlloc = p;
-	return conn;
-}
-
-/*
- * A connection whose main database takes no file locks, or not the locks
- * every other connection to the file takes: the URI parameter nolock=1, the
- * unix-none VFS, or a file with more than one name (a hard link: SQLite
- * names the WAL and its lock index after the path, so in WAL mode each name
- * has its own; refused in every mode, since the mode can change). SQLite's single writer, which orders a
- * fenced transaction after every accept it saw and before every later one
- * (a commit after a newer token fails as BUSY or stale), is then gone
- * between this connection and the others of the file: in rollback-journal
- * mode a transaction fenced at 10 committed after another connection had
- * committed 20. fence does not load on such a connection, so a protected
- * table's writes fail to prepare there. The error message, or NULL.
- */
-static char *
-fenceLocksOff(sqlite3 *db)
-{
-	const char *zFile = sqlite3_db_filename(db, "main");
-	char	   *zVfs = NULL;
-	char	   *zMsg = NULL;
-	int			bNoVfsLocks;
-
-	if (sqlite3_file_control(db, "main", SQLITE_FCNTL_VFSNAME, &zVfs) != SQLITE_OK)
-		zVfs = NULL;
-	/* the name of each VFS in a stack, joined by "/": any layer may be unix-none */
-	bNoVfsLocks = zVfs != NULL && (strcmp(zVfs, "unix-none") == 0 ||
-								   strstr(zVfs, "/unix-none") != NULL ||
-								   strncmp(zVfs, "unix-none/", 10) == 0);
-	if ((zFile != NULL && sqlite3_uri_boolean(zFile, "nolock", 0)) || bNoVfsLocks)
-		zMsg = sqlite3_mprintf("fence not loaded: %s turns off the file locks that order "
-							   "fences; open the database without it", bNoVfsLocks ? "the unix-none VFS" :
-							   "nolock=1");
-#ifndef _WIN32
-	else if (zFile != NULL && zFile[0] != '\0')
-	{
-		struct stat st;
-
-		if (stat(zFile, &st) == 0 && st.st_nlink > 1)
-			zMsg = sqlite3_mprintf("fence not loaded: \"%s\" has %lu hard links, and connections "
-								   "through two names do not exclude each other; remove the "
-								   "other links", zFile, (unsigned long) st.st_nlink);
-	}
-#endif
-	sqlite3_free(zVfs);
-	return zMsg;
-}
-
-/*
- * Is fence already loaded on db? Loading it again must be harmless (SPEC.md
- * "No way around the fence"): registering the modules again would make
- * SQLite destroy the first FenceConn while the open transaction, its
- * savepoints and the functions registered the first time still point at
- * it. So a second load finds the first by calling fence_loaded() and keeps
- * it. Returns SQLITE_OK with *pLoaded set, or the error that kept us from
- * asking (out of memory, say), in which case nothing was changed.
- */
-static int
-fenceAlreadyLoaded(sqlite3 *db, int *pLoaded)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			rc;
-
-	*pLoaded = 0;
-	rc = sqlite3_prepare_v2(db, "SELECT fence_loaded()", -1, &stmt, NULL);
-	if (rc == SQLITE_ERROR)
-	{
-		/* "no such function": not loaded yet */
-		sqlite3_finalize(stmt);
-		return SQLITE_OK;
-	}
-	if (rc != SQLITE_OK)
-		return rc;
-	rc = sqlite3_step(stmt);
-	if (rc == SQLITE_ROW)
-	{
-		*pLoaded = sqlite3_value_pointer(sqlite3_column_value(stmt, 0),
-										 FENCE_CONN_POINTER) != NULL;
-		rc = SQLITE_OK;
-	}
-	sqlite3_finalize(stmt);
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-FENCE_EXPORT int
-sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi)
-{
-	FenceConn  *conn;
-	size_t		i;
-	int			rc;
-	int			bLoaded;
-
-	SQLITE_EXTENSION_INIT2(pApi);
-
-	rc = fenceAlreadyLoaded(db, &bLoaded);
-	if (rc != SQLITE_OK)
-	{
-		*pzErrMsg = sqlite3_mprintf("fence: cannot tell whether fence is already loaded "
-									"on this connection: %s", sqlite3_errstr(rc));
-		return rc;
-	}
-	if (bLoaded)
-		return SQLITE_OK;		/* the first load's state stays in charge */
-	if ((*pzErrMsg = fenceLocksOff(db)) != NULL)
-		return SQLITE_ERROR;
-
-	conn = fenceConnAlloc();
-	if (conn == NULL)
-		return SQLITE_NOMEM;
-	conn->db = db;
-	conn->cacheGen = 1;
-	conn->guardEpoch = 1;
-	conn->aMark = conn->aMarkFirst;
-	conn->nMarkAlloc = FENCE_MARKS_FIRST;
-	/* a transaction of a few short resources allocates nothing for them */
-	fence_held_init_buffers(&conn->held, &fenceSqliteAllocator, conn->aHeldFirst,
-							FENCE_HELD_FIRST, conn->aHeldBuckets, FENCE_HELD_FIRST);
-	fence_held_use_names(&conn->held, conn->zHeldNames, sizeof(conn->zHeldNames));
-
-	/* from here on the fence_held module owns conn, even when this fails */
-	rc = fenceHeldRegister(db, conn);
-	if (rc != SQLITE_OK)
-	{
-		*pzErrMsg = sqlite3_mprintf("fence: cannot register fence_held: %s",
-									sqlite3_errstr(rc));
-		fenceHeldUnregister(db);
-		return rc;
-	}
-	for (i = 0; i < sizeof(fenceFunctions) / sizeof(fenceFunctions[0]); i++)
-	{
-		const struct FenceFunction *f = &fenceFunctions[i];
-
-		rc = sqlite3_create_function_v2(db, f->name, f->nArg, f->flags, conn,
-										f->xFunc, NULL, NULL, NULL);
-		if (rc != SQLITE_OK)
-		{
-			*pzErrMsg = sqlite3_mprintf("fence: cannot register %s/%d: %s",
-										f->name, f->nArg, sqlite3_errmsg(db));
-			break;
-		}
-	}
-	if (rc == SQLITE_OK)
-	{
-		/*
-		 * Connecting now reads the schema, which another connection's lock
-		 * may forbid; loading must not fail for that. Each use connects
-		 * first (fenceHeldConnect) and reports what stops it then.
-		 */
-		(void) fenceHeldConnect(conn);
-		(void) fenceHeldCreateEnlist(conn);	/* only outside a transaction */
-		fenceCacheWatchCreate(conn);	/* likewise */
-	}
-	if (rc != SQLITE_OK)
-	{
-		/*
-		 * A failed load is undone whole: SQLite unmaps the library after a
-		 * failed init, so no function may stay bound to its code or to conn,
-		 * which removing the module frees. Removing a function that exists
-		 * allocates nothing, so this cannot fail half way.
-		 */
-		while (i-- > 0)
-			sqlite3_create_function_v2(db, fenceFunctions[i].name, fenceFunctions[i].nArg,
-									   fenceFunctions[i].flags, NULL, NULL, NULL, NULL, NULL);
-		fenceHeldUnregister(db);
-	}
-	return rc;
 }

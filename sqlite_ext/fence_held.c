@@ -82,13 +82,9 @@ connRelease(FenceConn *conn)
 {
 	if (--conn->nRef > 0)
 		return;
-	fenceFinalizeStatements(conn);
-	fenceUndoForget(conn);
-	fenceHintsFree(conn);
-	sqlite3_free(conn->aUndo);
+	conn->pHooks->xFinalize(conn);
+	conn->pHooks->xFree(conn);
 	fence_held_free(&conn->held);
-	fenceGuardFree(conn);
-	fenceStatsFree(conn);
 	if (conn->aMark != conn->aMarkFirst)
 		sqlite3_free(conn->aMark);
 	sqlite3_free(conn->pAlloc);
@@ -161,7 +157,7 @@ heldDisconnect(sqlite3_vtab *pVtab)
 {
 	HeldVtab   *vtab = (HeldVtab *) pVtab;
 
-	fenceFinalizeStatements(vtab->conn);
+	vtab->conn->pHooks->xFinalize(vtab->conn);
 	vtab->conn->bVtabConnected = 0;
 	connRelease(vtab->conn);
 	sqlite3_free(vtab);
@@ -346,11 +342,10 @@ connStartOver(FenceConn *conn, int bEnlisted)
 	fenceGuardMemoForget(conn);
 	conn->bJournalChecked = 0;
 	fence_held_clear(&conn->held);
-	fenceUndoForget(conn);
 	conn->nMark = 0;
 	conn->bEnlisted = bEnlisted;
 	conn->bBroken = 0;
-	fenceGuardTxnEnded(conn);
+	conn->pHooks->xTxnStartOver(conn);
 	return SQLITE_OK;
 }
 
@@ -378,7 +373,7 @@ heldBegin(sqlite3_vtab *pVtab)
 	conn->pJoined = pVtab;
 	conn->nBegin++;
 	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
-		fenceCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
+		conn->pHooks->xCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
 	return connStartOver(conn, 1);
 }
 
@@ -390,7 +385,7 @@ heldCommit(sqlite3_vtab *pVtab)
 	if (notJoined(pVtab))
 		return SQLITE_OK;
 	conn->pJoined = NULL;
-	fenceCacheTxnEnd(conn, 1);
+	conn->pHooks->xCacheTxnEnd(conn, 1);
 	return connStartOver(conn, 0);
 }
 
@@ -402,8 +397,7 @@ heldRollback(sqlite3_vtab *pVtab)
 	if (notJoined(pVtab))
 		return SQLITE_OK;
 	conn->pJoined = NULL;
-	fenceGuardRolledBack(conn);
-	fenceCacheTxnEnd(conn, 0);
+	conn->pHooks->xRolledBack(conn);
 	return connStartOver(conn, 0);
 }
 
@@ -467,8 +461,7 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 		fence_held_truncate(&conn->held, conn->aMark[iSavepoint]);
 		conn->nMark = iSavepoint + 1;	/* the savepoint itself stays open */
 	}
-	fenceGuardRolledBack(conn);
-	fenceCacheRolledBackTo(conn);
+	conn->pHooks->xRolledBackTo(conn);
 	return SQLITE_OK;
 }
 
@@ -594,7 +587,7 @@ connDestroy(void *p)
 {
 	FenceConn  *conn = p;
 
-	fenceFinalizeStatements(conn);
+	conn->pHooks->xFinalize(conn);
 	connRelease(conn);
 }
 
@@ -611,8 +604,6 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 		rc = sqlite3_create_module_v2(db, "fence_txn", &txnModule, conn, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_create_module_v2(db, "fence_join", &joinModule, conn, NULL);
-	if (rc == SQLITE_OK)
-		rc = fenceStatsRegister(db, conn);
 	return rc;
 }
 
@@ -779,7 +770,7 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 		int			n = sqlite3_stmt_status(*pp, SQLITE_STMTSTATUS_REPREPARE, 0);
 
 		if (conn->apEnlistRan[i] != *pp || conn->anEnlistRan[i] != n)
-			fenceCacheSchemaChanged(conn);
+			conn->pHooks->xSchemaChanged(conn);
 		conn->apEnlistRan[i] = *pp;
 		conn->anEnlistRan[i] = n;
 	}

@@ -81,6 +81,25 @@ typedef struct FenceGuardMemo
 #define FENCE_CACHE_TXN_UNWATCHED 2 /* neither */
 
 
+struct FenceConn;
+
+/*
+ * What the transaction table (fence_held.c, the lowest layer that knows
+ * where a transaction ends) tells the layers above it; set once by
+ * fence_init.c, so that fence_held.c calls no file above it.
+ */
+typedef struct FenceHooks
+{
+	void		(*xFinalize) (struct FenceConn *);	/* finalize every cached statement */
+	void		(*xFree) (struct FenceConn *);	/* free every module's memory */
+	void		(*xTxnStartOver) (struct FenceConn *);	/* a transaction begins or ends */
+	void		(*xCacheTxnEnd) (struct FenceConn *, int bCommitted);
+	void		(*xRolledBack) (struct FenceConn *);	/* before xTxnStartOver */
+	void		(*xRolledBackTo) (struct FenceConn *);
+	void		(*xSchemaChanged) (struct FenceConn *);
+	void		(*xRelease) (struct FenceConn *);	/* drop a reference (fence_stats.c) */
+} FenceHooks;
+
 typedef struct FenceConn
 {
 	/*
@@ -107,6 +126,7 @@ typedef struct FenceConn
 	int			bBroken;		/* out of memory: what is held is unknown */
 
 	sqlite3    *db;
+	const FenceHooks *pHooks;	/* fence_init.c's */
 	void	   *pAlloc;			/* what fenceConnAlloc allocated, for sqlite3_free */
 	int			nRef;			/* the module and each connected table */
 	int			bVtabConnected; /* the eponymous fence_held is connected */
@@ -235,6 +255,18 @@ void		fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp);
 int			fenceHeldCreateEnlist(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
+/* fence_loaded()'s pointer type: only C code can make such a value (fence.c) */
+#define FENCE_CONN_POINTER "fence.FenceConn"
+/* fence.c: the SQL functions (registered by fence_init.c) */
+void		fenceCheckFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceTryFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceCurrentFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);
 void		fenceUndoForget(FenceConn *conn);
@@ -311,93 +343,9 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
  */
 #define FENCE_OLD_COLLATE " COLLATE \"BINARY\""
 
-/* fence_stats.c: this connection's counts per resource */
-typedef struct FenceStatEntry
-{
-	char	   *resource;		/* sqlite3_malloc'd, NUL-terminated */
-	int			n;
-	unsigned	hash;
-	sqlite3_int64 accepted;
-	sqlite3_int64 rejected;
-	sqlite3_int64 lastToken;	/* the last rejected token */
-	sqlite3_int64 lastAtMs;		/* when, ms since the Unix epoch */
-} FenceStatEntry;
-
-struct FenceStats
-{
-	FenceStatEntry *a;			/* in order of first use; an index never moves */
-	int			nEntry;
-	int			nAlloc;
-	int		   *aSlot;			/* open addressing: index into a, or -1 */
-	int			nSlot;			/* a power of two, at least 2 * nEntry */
-	int			iLast;			/* the entry last asked for */
-	const char *zLast;			/* its resource and length (-1: none yet) */
-	int			nLast;
-};
-
+/* fence_stats.c (the accept path's inline part: fence_stats.h) */
 int			fenceStatsRegister(sqlite3 *db, FenceConn *conn);
-int			fenceStatsSlot(FenceConn *conn, const char *z, int n);
-void		fenceStatsReject(FenceConn *conn, int slot, sqlite3_int64 token);
 void		fenceStatsFree(FenceConn *conn);
-
-/*
- * The entry of resource z for fence_stats, made if new: its index, or -1
- * when memory ran out. Inline for the accept path: the resource of the
- * previous call is compared eight bytes at a time, no call made.
- */
-static inline int
-fenceStatsFind(FenceConn *conn, const char *z, int n)
-{
-	const struct FenceStats *s = conn->pStats;
-
-	if (s != NULL && s->nLast == n)
-	{
-		const char *a = s->zLast;
-		int			i = 0;
-
-		for (; i + 8 <= n; i += 8)
-		{
-			sqlite3_uint64 x;
-			sqlite3_uint64 y;
-
-			memcpy(&x, a + i, 8);
-			memcpy(&y, z + i, 8);
-			if (x != y)
-				break;
-		}
-		while (i < n && a[i] == z[i])
-			i++;
-		if (i == n)
-			return s->iLast;
-	}
-	return fenceStatsSlot(conn, z, n);
-}
-
-/* Count an accept (bStale 0) or a stale rejection of token at entry slot. */
-static inline void
-fenceStatsCount(FenceConn *conn, int slot, int bStale, sqlite3_int64 token)
-{
-	if (!bStale)
-		conn->pStats->a[slot].accepted++;
-	else
-		fenceStatsReject(conn, slot, token);
-}
-
-/*
- * The accepts the guard's memo answered are counted in FenceConn's first
- * cache line (nMemoAccepts), not in the resource's fence_stats entry, which
- * would be one more line for every row; they go to the entry of
- * memoWrite.statsSlot before that changes and before fence_stats is read.
- */
-static inline void
-fenceStatsSettleMemo(FenceConn *conn)
-{
-	if (conn->nMemoAccepts > 0)
-	{
-		conn->pStats->a[conn->memoWrite.statsSlot].accepted += (sqlite3_int64) conn->nMemoAccepts;
-		conn->nMemoAccepts = 0;
-	}
-}
 
 /* fence_schema_read.c: the schema read whole through an authorizer */
 typedef struct FenceIndexColumn
