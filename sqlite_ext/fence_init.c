@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #endif
 
-SQLITE_EXTENSION_INIT1
+SQLITE_EXTENSION_INIT3
 
 /* ---------------------------------------------------------------------
  * Hooks (fence_held.c calls them; FenceHooks in fence_sqlite.h)
@@ -82,47 +82,28 @@ static const FenceHooks fenceHooks = {
  * Registration
  * ------------------------------------------------------------------ */
 
-/*
- * Flags by role (STYLE.md C6): functions that applications call and that
- * change the fence are DIRECTONLY, so a view or trigger planted in the
- * schema cannot move a fence; fence_current only reads and is INNOCUOUS; the
- * guards must be reachable from our schema triggers and so carry neither,
- * which means they refuse to run under PRAGMA trusted_schema=OFF: protected
- * tables then fail closed ("unsafe use of fence_guard_write()").
- */
-#define APP_WRITES   (SQLITE_UTF8 | SQLITE_DIRECTONLY)
-#define APP_READS    (SQLITE_UTF8 | SQLITE_INNOCUOUS)
-#define FROM_TRIGGER (SQLITE_UTF8)
-
-static const struct FenceFunction
-{
-	const char *name;
-	int			nArg;
-	int			flags;
-	void		(*xFunc) (sqlite3_context *, int, sqlite3_value **);
-}			fenceFunctions[] =
-{
-	{"fence_check", 2, APP_WRITES, fenceCheckFunc},
-	{"fence_try", 2, APP_WRITES, fenceTryFunc},
-	{"fence_current", 1, APP_READS, fenceCurrentFunc},
-	{"fence_reset", 1, APP_WRITES, fenceResetFunc},
-	{"fence_protect", 3, APP_WRITES, fenceProtectFunc},
-	{"fence_protect", 4, APP_WRITES, fenceProtectFunc},
-	{"fence_unprotect", 1, APP_WRITES, fenceUnprotectFunc},
-	{"fence_guard_write", 2, FROM_TRIGGER, fenceGuardWriteFunc},
-	{"fence_guard_write", 4, FROM_TRIGGER, fenceGuardWriteFunc},
-	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardFencedFunc},
-	{"fence_guard_fenced", 3, FROM_TRIGGER, fenceGuardFencedFunc},
-	{"fence_guard_ready", 3, FROM_TRIGGER, fenceGuardReadyFunc},
-	{"fence_tokens_changed", 3, APP_WRITES, fenceTokensChangedFunc},
-	{"fence_acquire", 3, APP_WRITES, fenceAcquireFunc},
-	{"fence_renew", 4, APP_WRITES, fenceRenewFunc},
-	{"fence_release", 3, APP_WRITES, fenceReleaseFunc},
-	{"fence_guard_write", 3, FROM_TRIGGER, fenceGuardOldFunc},
-	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardOldFunc},
-	/* last: its presence says every function above is registered */
-	{"fence_loaded", 0, APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
+/* fence_init.c's own functions; fence.c's follow (fenceCoreFunctions) */
+static const FenceFunction initFunctions[] = {
+	{"fence_protect", 3, FENCE_APP_WRITES, fenceProtectFunc},
+	{"fence_protect", 4, FENCE_APP_WRITES, fenceProtectFunc},
+	{"fence_unprotect", 1, FENCE_APP_WRITES, fenceUnprotectFunc},
+	{"fence_tokens_changed", 3, FENCE_APP_WRITES, fenceTokensChangedFunc},
+	{"fence_acquire", 3, FENCE_APP_WRITES, fenceAcquireFunc},
+	{"fence_renew", 4, FENCE_APP_WRITES, fenceRenewFunc},
+	{"fence_release", 3, FENCE_APP_WRITES, fenceReleaseFunc},
 };
+#define N_INIT_FUNCTIONS ((int) (sizeof(initFunctions) / sizeof(initFunctions[0])))
+
+/* The i-th function to register: fence.c's but its last, ours, then fence_loaded. */
+static const FenceFunction *
+functionAt(const FenceFunction *aCore, int nCore, int i)
+{
+	if (i < nCore - 1)
+		return &aCore[i];
+	if (i < nCore - 1 + N_INIT_FUNCTIONS)
+		return &initFunctions[i - (nCore - 1)];
+	return &aCore[nCore - 1];
+}
 
 
 /*
@@ -237,7 +218,9 @@ FENCE_EXPORT int
 sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi)
 {
 	FenceConn  *conn;
-	size_t		i;
+	const FenceFunction *aCore;
+	int			nCore = fenceCoreFunctions(&aCore);
+	int			i;
 	int			rc;
 	int			bLoaded;
 
@@ -280,9 +263,9 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		fenceHeldUnregister(db);
 		return rc;
 	}
-	for (i = 0; i < sizeof(fenceFunctions) / sizeof(fenceFunctions[0]); i++)
+	for (i = 0; i < N_INIT_FUNCTIONS + nCore; i++)
 	{
-		const struct FenceFunction *f = &fenceFunctions[i];
+		const FenceFunction *f = functionAt(aCore, nCore, i);
 
 		rc = sqlite3_create_function_v2(db, f->name, f->nArg, f->flags, conn,
 										f->xFunc, NULL, NULL, NULL);
@@ -313,8 +296,12 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		 * allocates nothing, so this cannot fail half way.
 		 */
 		while (i-- > 0)
-			sqlite3_create_function_v2(db, fenceFunctions[i].name, fenceFunctions[i].nArg,
-									   fenceFunctions[i].flags, NULL, NULL, NULL, NULL, NULL);
+		{
+			const FenceFunction *f = functionAt(aCore, nCore, i);
+
+			sqlite3_create_function_v2(db, f->name, f->nArg, f->flags, NULL, NULL, NULL, NULL,
+									   NULL);
+		}
 		fenceHeldUnregister(db);
 	}
 	return rc;

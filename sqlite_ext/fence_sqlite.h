@@ -126,7 +126,6 @@ typedef struct FenceConn
 	int			bBroken;		/* out of memory: what is held is unknown */
 
 	sqlite3    *db;
-	const FenceHooks *pHooks;	/* fence_init.c's */
 	void	   *pAlloc;			/* what fenceConnAlloc allocated, for sqlite3_free */
 	int			nRef;			/* the module and each connected table */
 	int			bVtabConnected; /* the eponymous fence_held is connected */
@@ -201,6 +200,7 @@ typedef struct FenceConn
 	int			aHeldBuckets[FENCE_HELD_FIRST]; /* buckets */
 	char		zHeldNames[FENCE_HELD_FIRST * 32];	/* and resources' copies */
 	FenceHint	aHint[FENCE_HINTS];
+	const FenceHooks *pHooks;	/* fence_init.c's */
 	int			savedRc;		/* the error zSavedErr describes */
 	char		zSavedErr[1536];
 } FenceConn;
@@ -257,16 +257,29 @@ extern const FenceAllocator fenceSqliteAllocator;
 
 /* fence_loaded()'s pointer type: only C code can make such a value (fence.c) */
 #define FENCE_CONN_POINTER "fence.FenceConn"
-/* fence.c: the SQL functions (registered by fence_init.c) */
-void		fenceCheckFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceTryFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceCurrentFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+/* An SQL function and its flags, for sqlite3_create_function_v2 (fence_init.c). */
+typedef struct FenceFunction
+{
+	const char *name;
+	int			nArg;
+	int			flags;
+	void		(*xFunc) (sqlite3_context *, int, sqlite3_value **);
+} FenceFunction;
+
+/*
+ * Flags by role (STYLE.md C6): functions that applications call and that
+ * change the fence are DIRECTONLY, so a view or trigger in the schema cannot
+ * move a fence; fence_current only reads and is INNOCUOUS; the guards must
+ * be reachable from our schema triggers and so carry neither, which means
+ * they refuse to run under PRAGMA trusted_schema=OFF: protected tables then
+ * fail closed ("unsafe use of fence_guard_write()").
+ */
+#define FENCE_APP_WRITES   (SQLITE_UTF8 | SQLITE_DIRECTONLY)
+#define FENCE_APP_READS    (SQLITE_UTF8 | SQLITE_INNOCUOUS)
+#define FENCE_FROM_TRIGGER (SQLITE_UTF8)
+
+/* fence.c: its SQL functions, in the order they are registered; their count */
+int			fenceCoreFunctions(const FenceFunction **pa);
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);
 void		fenceUndoForget(FenceConn *conn);
