@@ -226,7 +226,7 @@ fence_msg_invalid(char *buf, const char *what, FenceProblem problem,
 			break;
 		case FENCE_NOT_INTEGER:
 			snprintf(buf, FENCE_MSG_MAX,
-					 "invalid fencing %s: not an INTEGER (text, real and blob values are never coerced)",
+					 "invalid fencing %s: not an integer (text, blobs and inexact REALs are never coerced)",
 					 what);
 			break;
 		case FENCE_VALID:

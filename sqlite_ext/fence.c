@@ -42,48 +42,32 @@
  * ends our transaction in SQLITE_BUSY or the stale error, never in a
  * committed write at the older token (SPEC.md "SQLite specifics").
  *
- * Trust in what fence reads: an authorizer (sqlite3_set_authorizer) is
- * consulted when fence's own statements are prepared too, and one that
- * answers SQLITE_IGNORE makes SQLite compile a NULL in place of a column
- * read, drop an INSERT, or leave a column out of an UPDATE; SQLite offers
- * no way to prepare a statement past it. So every read of fence_tokens
- * proves itself (the resource read back, an INTEGER token, a TEXT
- * updated_at, and a canary row: the table's first resource is never NULL),
- * every advance reads back what it wrote, and fence_reset
- * reads again after deleting; anything else is refused as untrusted. The
- * table itself must be the one fence creates (fenceOwnTableShape): a
- * fence_tokens made by hand or by an import, with other types or
- * constraints, is refused, not adopted, and so is one swapped in later
- * (checked again whenever SQLite re-prepares a cached statement).
+ * Trust: fence reads and writes fence_tokens as SQLite gives it; an
+ * authorizer or trigger of the application's that changes what fence's own
+ * statements read or write is trusted code (docs/trust.md). An application
+ * table that holds the name fence_tokens with another shape is refused,
+ * never adopted (fenceOwnTableShape).
  *
  * Errors: a stale or missing token is SQLITE_CONSTRAINT_FUNCTION, invalid
  * input SQLITE_ERROR (not SQLITE_MISMATCH: Python maps that to
  * IntegrityError, which must mean "take the lock again").
  */
-#include "fence_sqlite.h"
+#include "fence_stats.h"
 
 #include <string.h>
-#ifndef _WIN32
-#include <sys/stat.h>
-#endif
 
+/*
+ * sqlite3_api is defined here, in the file whose SQL functions run for every
+ * guarded row: defined in the same unit, -fvisibility=hidden lets each API
+ * call reach it without a load through the GOT (5 instructions a row).
+ */
 SQLITE_EXTENSION_INIT1
 
 static const char createTokensSql[] =
 "CREATE TABLE IF NOT EXISTS main.fence_tokens" FENCE_TOKENS_COLUMNS;
 
-/*
- * The resource's row (tag 1). A row found proves the read by reading back
- * the resource; when none is found, the canary (tag 0) is asked: the first
- * resource of the table, which is never NULL unless an authorizer blinded
- * the column, in which case the lookup found nothing whatever the table
- * holds. Both are index lookups; the canary runs only for a resource with
- * no highest yet, so a repeated accept pays for one lookup.
- */
 static const char selectTokenSql[] =
-"SELECT 1, resource, token, updated_at FROM main.fence_tokens WHERE resource = ?1";
-static const char canaryTokenSql[] =
-"SELECT 0, resource, NULL, NULL FROM main.fence_tokens LIMIT 1";
+"SELECT token, updated_at FROM main.fence_tokens WHERE resource = ?1";
 
 /* puts back what an accept inside a failed statement changed */
 static const char restoreTokenSql[] =
@@ -99,27 +83,6 @@ static const char advanceTokenSql[] =
 static const char deleteTokenSql[] =
 "DELETE FROM main.fence_tokens WHERE resource = ?1";
 
-/* Said of every read or write of fence_tokens that did not prove itself. */
-#define UNTRUSTED_HINT \
-	"an authorizer (sqlite3_set_authorizer) that answers SQLITE_IGNORE for fence's " \
-	"own statements makes SQLite read NULL or skip the write; fence refuses rather " \
-	"than guess: let the authorizer allow reads and writes of main.fence_tokens, " \
-	"main.fence_guards and main.sqlite_schema"
-
-/*
- * Refuse, saying what could not be trusted; resultDbError reports it as
- * SQLITE_ERROR with this message.
- */
-FENCE_COLD static int
-untrusted(FenceConn *conn, const char *zWhat, const char *z, int n)
-{
-	conn->savedRc = FENCE_RC_UNTRUSTED;
-	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-					 "fence: %s for resource \"%.*s\", so fence refuses to judge the "
-					 "token: %s", zWhat, n, z, UNTRUSTED_HINT);
-	return FENCE_RC_UNTRUSTED;
-}
-
 /* ---------------------------------------------------------------------
  * Cached statements and the token table
  * ------------------------------------------------------------------ */
@@ -127,13 +90,11 @@ untrusted(FenceConn *conn, const char *zWhat, const char *z, int n)
 void
 fenceFinalizeStatements(FenceConn *conn)
 {
-	fenceLeaseFinalize(conn);
 	sqlite3_finalize(conn->pSelectToken);
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
 	fenceEnlistForget(conn, &conn->pEnlist);
 	fenceEnlistForget(conn, &conn->pEnlistMain);
-	sqlite3_finalize(conn->pCanaryToken);
 	sqlite3_finalize(conn->pProbeMain);
 	sqlite3_finalize(conn->pSchemaProbe);
 	conn->pSchemaProbe = NULL;
@@ -143,7 +104,7 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->pProbeTemp);
 	sqlite3_finalize(conn->pJournalMode);
 	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pEnlist = NULL;
-	conn->pEnlistMain = conn->pCanaryToken = NULL;
+	conn->pEnlistMain = NULL;
 	conn->pProbeMain = conn->pProbeTemp = conn->pJournalMode = NULL;
 }
 
@@ -158,92 +119,6 @@ saveError(FenceConn *conn, int rc)
 	conn->savedRc = rc;
 	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s",
 					 sqlite3_errmsg(conn->db));
-}
-
-/*
- * Is main.zTable (fence_tokens or fence_guards) the table fence creates?
- * SQLITE_OK when it is, or when there is none yet; FENCE_RC_UNTRUSTED with
- * *pzErr (sqlite3_malloc'd) saying what is wrong and how to repair it when
- * another definition holds the name: fence never adopts a table it did not
- * make (a CSV import makes every column TEXT, and a TEXT token compares as
- * text). The definition SQLite stores is compared whole: columns, declared
- * types, collations, NOT NULL, CHECK and WITHOUT ROWID. A dump restored by
- * the shell or by iterdump keeps that text, so it stays fence's.
- */
-int
-fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr)
-{
-	int			bTokens = sqlite3_stricmp(zTable, "fence_tokens") == 0;
-	int			bLeases = sqlite3_stricmp(zTable, "fence_leases") == 0;
-	const char *zColumns = bTokens ? FENCE_TOKENS_COLUMNS :
-		bLeases ? FENCE_LEASES_COLUMNS : FENCE_GUARDS_COLUMNS;
-	char	   *zExpected = sqlite3_mprintf("CREATE TABLE %s%s", zTable, zColumns);
-	sqlite3_stmt *stmt = NULL;
-	const char *zFound;
-	int			rc;
-
-	*pzErr = NULL;
-	if (zExpected == NULL)
-		return SQLITE_NOMEM;
-	rc = sqlite3_prepare_v2(db, "SELECT sql, typeof(sql), type FROM main.sqlite_schema "
-							"WHERE name = ?1 COLLATE NOCASE", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		rc = sqlite3_step(stmt);
-	}
-	if (rc == SQLITE_DONE)
-		rc = SQLITE_OK;			/* not there yet: fence creates it */
-	else if (rc != SQLITE_ROW)
-		*pzErr = sqlite3_mprintf("fence: cannot read the definition of main.%s: %s",
-								 zTable, sqlite3_errmsg(db));
-	else if ((zFound = (const char *) sqlite3_column_text(stmt, 0)) != NULL &&
-			 strcmp(zFound, zExpected) == 0)
-		rc = SQLITE_OK;
-	else
-	{
-		const char *zType = (const char *) sqlite3_column_text(stmt, 2);
-
-		rc = FENCE_RC_UNTRUSTED;
-		if (zFound == NULL && zType == NULL)
-			*pzErr = sqlite3_mprintf("fence: cannot read the definition of main.%s "
-									 "(SQLite returned NULL for it); %s", zTable,
-									 UNTRUSTED_HINT);
-		else if (bTokens)
-			*pzErr = sqlite3_mprintf(
-				"fence: main.fence_tokens is not a table fence created, so fence cannot "
-				"trust the tokens in it and refuses to use it. Its definition is: %s. "
-				"fence's is: %s. To repair it, keep its rows in a table of fence's shape: "
-				"ALTER TABLE fence_tokens RENAME TO fence_tokens_old; %s; "
-				"INSERT INTO fence_tokens(resource, token, updated_at) SELECT resource, "
-				"CAST(token AS INTEGER), coalesce(updated_at, '') FROM fence_tokens_old; "
-				"DROP TABLE fence_tokens_old (check first that every old token is an "
-				"integer: CAST turns other text into 0)",
-				zFound ? zFound : "(none: it is not a table)", zExpected, zExpected);
-		else if (bLeases)
-			*pzErr = sqlite3_mprintf(
-				"fence: main.fence_leases is not a table fence created, so fence cannot "
-				"trust the leases in it and refuses to use it. Its definition is: %s. "
-				"fence's is: %s. To repair it, keep its rows (their tokens are the highest "
-				"ever granted: a new grant must stay above them) in a table of fence's "
-				"shape: ALTER TABLE fence_leases RENAME TO fence_leases_old; %s; "
-				"INSERT INTO fence_leases(resource, holder, token, expires_at) SELECT "
-				"resource, holder, CAST(token AS INTEGER), CAST(expires_at AS INTEGER) FROM "
-				"fence_leases_old; DROP TABLE fence_leases_old",
-				zFound ? zFound : "(none: it is not a table)", zExpected, zExpected);
-		else
-			*pzErr = sqlite3_mprintf(
-				"fence: main.fence_guards is not a table fence created, so fence cannot "
-				"trust the guards recorded in it and refuses to use it. Its definition is: "
-				"%s. fence's is: %s. To repair it: drop it (or rename it, if it is a table "
-				"of yours), then run fence_protect again on every protected table",
-				zFound ? zFound : "(none: it is not a table)", zExpected);
-		if (*pzErr == NULL)
-			rc = SQLITE_NOMEM;
-	}
-	sqlite3_finalize(stmt);
-	sqlite3_free(zExpected);
-	return rc;
 }
 
 /*
@@ -263,35 +138,6 @@ tokenTableTrusted(FenceConn *conn)
 		sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s", zErr);
 	}
 	sqlite3_free(zErr);
-	return rc;
-}
-
-static int
-tokensReprepared(FenceConn *conn)
-{
-	sqlite3_stmt *a[4] = {conn->pSelectToken, conn->pAdvanceToken, conn->pDeleteToken,
-	conn->pCanaryToken};
-	int			sum = 0;
-	int			i;
-
-	for (i = 0; i < 4; i++)
-		if (a[i])
-			sum += sqlite3_stmt_status(a[i], SQLITE_STMTSTATUS_REPREPARE, 0);
-	return sum;
-}
-
-/* After a step of a cached statement: was it re-prepared, and on what? */
-static int
-tokenTableStillTrusted(FenceConn *conn)
-{
-	int			n = tokensReprepared(conn);
-	int			rc;
-
-	if (n == conn->nTokensReprepared)
-		return SQLITE_OK;
-	rc = tokenTableTrusted(conn);
-	if (rc == SQLITE_OK)
-		conn->nTokensReprepared = n;
 	return rc;
 }
 
@@ -391,11 +237,8 @@ readUncommittedRefused(FenceConn *conn, const char *z, int n)
 		return SQLITE_OK;
 	conn->savedRc = FENCE_RC_UNTRUSTED;
 	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-					 "fence: this connection shares its page cache (shared-cache mode) with "
-					 "PRAGMA read_uncommitted on (or could not tell), so it would read other "
-					 "connections' uncommitted tokens for resource \"%.*s\"; fence refuses to "
-					 "judge the token: set PRAGMA read_uncommitted = 0 on connections that use "
-					 "fence (or do not use shared-cache mode)", n, z);
+					 "fence refused: shared cache with read_uncommitted on would read uncommitted "
+					 "tokens of \"%.*s\"; set PRAGMA read_uncommitted = 0", n, z);
 	return FENCE_RC_UNTRUSTED;
 }
 
@@ -436,7 +279,6 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 		}
 		rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 	}
-	conn->nTokensReprepared = tokensReprepared(conn);
 	if (rc == SQLITE_OK && conn->sharedCache == FENCE_SHARED_UNKNOWN)
 		detectSharedCache(conn);
 	return rc;
@@ -461,39 +303,8 @@ tokenTableVanished(FenceConn *conn, int rc)
 	sqlite3_finalize(conn->pSelectToken);
 	sqlite3_finalize(conn->pAdvanceToken);
 	sqlite3_finalize(conn->pDeleteToken);
-	sqlite3_finalize(conn->pCanaryToken);
-	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pCanaryToken = NULL;
+	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = NULL;
 	return 1;
-}
-
-/*
- * One row of selectTokenSql: the resource's (tag 1), which must read back
- * as the resource, an INTEGER token >= 0 and a TEXT updated_at; or the
- * canary (tag 0), whose resource must be TEXT. Returns SQLITE_OK or
- * FENCE_RC_UNTRUSTED.
- */
-static int
-checkTokenRow(FenceConn *conn, sqlite3_stmt *p, const char *z, int n, int *pHas,
-			  sqlite3_int64 *pHighest, char *zAt, int nAt)
-{
-	if (sqlite3_column_int(p, 0) == 0)
-		return sqlite3_column_type(p, 1) == SQLITE_TEXT ? SQLITE_OK :
-			untrusted(conn, "main.fence_tokens read back a NULL resource", z, n);
-	if (sqlite3_column_type(p, 1) != SQLITE_TEXT || sqlite3_column_bytes(p, 1) != n ||
-		memcmp(sqlite3_column_text(p, 1), z, (size_t) n) != 0)
-		return untrusted(conn, "main.fence_tokens returned another row than asked", z, n);
-	if (sqlite3_column_type(p, 2) != SQLITE_INTEGER || sqlite3_column_int64(p, 2) < 0)
-		return untrusted(conn, sqlite3_column_type(p, 2) == SQLITE_NULL ?
-						 "main.fence_tokens read back a NULL token" :
-						 "main.fence_tokens holds a token that is not a non-negative integer",
-						 z, n);
-	if (sqlite3_column_type(p, 3) != SQLITE_TEXT)
-		return untrusted(conn, "main.fence_tokens read back a NULL updated_at", z, n);
-	*pHas = 1;
-	*pHighest = sqlite3_column_int64(p, 2);
-	if (zAt)
-		sqlite3_snprintf(nAt, zAt, "%s", (const char *) sqlite3_column_text(p, 3));
-	return SQLITE_OK;
 }
 
 /* *pHas = 0 when the resource has no highest token (or there is no table). */
@@ -503,48 +314,36 @@ readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 {
 	int			attempt;
 	int			rc = SQLITE_OK;
-	int			rcRow = SQLITE_OK;
 
 	*pHas = 0;
 	*pHighest = 0;
 	for (attempt = 0; attempt < 2; attempt++)
 	{
+		sqlite3_stmt *p;
+
 		rc = prepareTokenStmt(conn, &conn->pSelectToken, selectTokenSql, bCreate);
 		if (rc != SQLITE_OK || conn->pSelectToken == NULL)
 			return rc;
-		if (sqlite3_stmt_busy(conn->pSelectToken))
+		p = conn->pSelectToken;
+		if (sqlite3_stmt_busy(p))
 			return FENCE_RC_REENTERED;
-		sqlite3_bind_text(conn->pSelectToken, 1, z, n, SQLITE_STATIC);
-		while ((rc = sqlite3_step(conn->pSelectToken)) == SQLITE_ROW && rcRow == SQLITE_OK)
-			rcRow = checkTokenRow(conn, conn->pSelectToken, z, n, pHas, pHighest, zAt, nAt);
-		if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-			saveError(conn, rc);
-		sqlite3_reset(conn->pSelectToken);
-		sqlite3_clear_bindings(conn->pSelectToken);
-		if (rc == SQLITE_DONE && rcRow == SQLITE_OK && !*pHas)
+		sqlite3_bind_text(p, 1, z, n, SQLITE_STATIC);
+		rc = sqlite3_step(p);
+		if (rc == SQLITE_ROW)
 		{
-			/* nothing found: was the lookup blind? */
-			rc = prepareTokenStmt(conn, &conn->pCanaryToken, canaryTokenSql, bCreate);
-			if (rc != SQLITE_OK)
-				return rc;
-			if (conn->pCanaryToken == NULL)
-				rc = SQLITE_DONE;
-			else
-			{
-				while ((rc = sqlite3_step(conn->pCanaryToken)) == SQLITE_ROW && rcRow == SQLITE_OK)
-					rcRow = checkTokenRow(conn, conn->pCanaryToken, z, n, pHas, pHighest, zAt, nAt);
-				if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-					saveError(conn, rc);
-				sqlite3_reset(conn->pCanaryToken);
-			}
+			*pHas = 1;
+			*pHighest = sqlite3_column_int64(p, 0);
+			if (zAt)
+				sqlite3_snprintf(nAt, zAt, "%s", (const char *) sqlite3_column_text(p, 1));
 		}
+		else if (rc != SQLITE_DONE)
+			saveError(conn, rc);
+		sqlite3_reset(p);
+		sqlite3_clear_bindings(p);
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
-	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		return rc;
-	rc = tokenTableStillTrusted(conn);
-	return rc != SQLITE_OK ? rc : rcRow;
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 static int
@@ -585,9 +384,7 @@ runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
 		if (!tokenTableVanished(conn, rc))
 			break;
 	}
-	if (rc != SQLITE_DONE)
-		return rc;
-	return tokenTableStillTrusted(conn);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 /* ---------------------------------------------------------------------
@@ -623,7 +420,7 @@ outerWriter(FenceConn *conn)
 	{
 		if (p == conn->pSelectToken || p == conn->pAdvanceToken ||
 			p == conn->pDeleteToken || p == conn->pEnlist ||
-			p == conn->pEnlistMain || p == conn->pCanaryToken)
+			p == conn->pEnlistMain)
 			continue;
 		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
 			return p;
@@ -755,20 +552,16 @@ heldOutOfMemory(FenceConn *conn)
 }
 
 /* ---------------------------------------------------------------------
- * Lock first or read first
+ * Read first
  *
- * An equal accept must take no write lock, so an accept reads fence_tokens
- * before anything of main is locked. But once a transaction has read main,
- * its snapshot is fixed, and in WAL mode a write from a snapshot that
- * another commit overtook fails at once (SQLITE_BUSY_SNAPSHOT) instead of
- * waiting for the busy timeout: an advance (a new holder's first accept)
- * that read first would fail whenever another holder committed between its
- * read and its write, where taking the write lock first makes it wait its
- * turn and then read the newest highest. So when the transaction has not
- * touched main yet, an accept takes main's write lock first unless this
- * connection last saw the resource's highest at or above the token (an
- * equal accept, or a stale one, is then likely). The hint decides only the
- * order; the verdict is always the read's.
+ * An equal accept must take no write lock (SPEC: transactions fenced at the
+ * same token do not wait for each other), so an accept reads fence_tokens
+ * before anything of main is locked, whatever this connection saw before.
+ * An advance then upgrades the transaction's read to a write, which SQLite
+ * never waits for (it fails with SQLITE_BUSY at once when another
+ * connection writes): the documented pattern is BEGIN IMMEDIATE, which
+ * takes the write lock, waiting the busy timeout, before the check. The
+ * hints below remember what was read, as verdicts for the cache.
  * ------------------------------------------------------------------ */
 
 static unsigned
@@ -799,16 +592,6 @@ otherSchemaAttached(sqlite3 *db)
 	if (sqlite3_libversion_number() < 3039000)
 		return 1;
 	return sqlite3_db_name(db, 2) != NULL;
-}
-
-/* Did this connection last see z's highest at or above token? */
-static int
-hintAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
-{
-	FenceHint  *h = &conn->aHint[hintSlot(z, n)];
-
-	return h->z != NULL && h->n == n && memcmp(h->z, z, (size_t) n) == 0 &&
-		h->bHas && h->highest >= token;
 }
 
 /*
@@ -929,10 +712,7 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		fence_held_get(&conn->held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
-	rc = fenceHeldEnlist(conn, !conn->bEnlisted &&
-						 ((sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_NONE &&
-						   !hintAtLeast(conn, z, n, token)) ||
-						  otherSchemaAttached(conn->db)));
+	rc = fenceHeldEnlist(conn, !conn->bEnlisted && otherSchemaAttached(conn->db));
 	if (rc == SQLITE_OK && conn->bBroken)
 		rc = FENCE_RC_BROKEN;
 	if (rc == SQLITE_OK && conn->bEnlisted && conn->cacheTxn == FENCE_CACHE_TXN_UNKNOWN)
@@ -1014,24 +794,20 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		bWrote = sqlite3_changes(conn->db) > 0;
 
 		/*
-		 * Read back what was written: an authorizer may have cut the token
-		 * out of the UPDATE, or the INSERT out of the statement (a read
-		 * back costs less than a RETURNING clause). No row written means
-		 * another connection raised the highest between our read and our
-		 * write, which can only happen when there is no open transaction
-		 * to hold the write lock (an autocommit SELECT, whose enlisting
-		 * statement has already committed): judge again. Either way a
-		 * highest still below the token (or none) means the write did not
-		 * take effect: never say "accepted" without having recorded it.
+		 * No row written: another connection raised the highest between
+		 * our read and our write, which can only happen when there is no
+		 * open transaction to hold the write lock (an autocommit SELECT,
+		 * whose enlisting statement has already committed): judge again.
 		 */
-		rc = readHighest(conn, z, n, 1, &has, &highest);
-		if (rc != SQLITE_OK)
-			return rc;
-		hintSet(conn, z, n, has, highest);
-		if (!has || highest < token || (bWrote && highest != token))
-			return untrusted(conn, bWrote ? "the advance of main.fence_tokens did not write "
-							 "the token it was given" : "the advance of main.fence_tokens "
-							 "did not take effect", z, n);
+		if (bWrote)
+			highest = token;
+		else
+		{
+			rc = readHighest(conn, z, n, 1, &has, &highest);
+			if (rc != SQLITE_OK)
+				return rc;
+		}
+		hintSet(conn, z, n, 1, highest);
 		if (!fence_verdict_accepts(fence_decide(has, highest, token)))
 		{
 			*pStale = 1;
@@ -1222,15 +998,40 @@ argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
 	return 1;
 }
 
-/* A token argument: the INTEGER storage class, never coerced, >= 0. */
+int
+fenceValueInt64(sqlite3_value *v, sqlite3_int64 *p)
+{
+	int			t = sqlite3_value_type(v);
+	double		d;
+
+	if (t == SQLITE_INTEGER)
+	{
+		*p = sqlite3_value_int64(v);
+		return 1;
+	}
+	if (t != SQLITE_FLOAT)
+		return 0;
+	d = sqlite3_value_double(v);
+	if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) ||
+		d != (double) (sqlite3_int64) d)
+		return 0;
+	*p = (sqlite3_int64) d;
+	return 1;
+}
+
+/* A token argument: an integer (fenceValueInt64), >= 0. */
 static int
 argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
 {
-	if (sqlite3_value_type(v) == SQLITE_NULL)
+	int			t = sqlite3_value_type(v);
+
+	if (t == SQLITE_INTEGER)
+		*pToken = sqlite3_value_int64(v);
+	if (t == SQLITE_NULL)
 		resultInvalid(ctx, "token", FENCE_NULL, 0, 0);
-	else if (sqlite3_value_type(v) != SQLITE_INTEGER)
+	else if (t != SQLITE_INTEGER && !fenceValueInt64(v, pToken))
 		resultInvalid(ctx, "token", FENCE_NOT_INTEGER, 0, 0);
-	else if (fence_check_token(*pToken = sqlite3_value_int64(v)) != FENCE_VALID)
+	else if (fence_check_token(*pToken) != FENCE_VALID)
 		resultInvalid(ctx, "token", FENCE_NEGATIVE, 0, *pToken);
 	else
 		return 1;
@@ -1343,17 +1144,6 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	writingBegin(conn, z, n, 0, 1);
 	rc = runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, z, n, 0);
 	writingEnd(conn);
-	if (rc == SQLITE_OK)
-	{
-		/* a delete that an authorizer blinded deletes nothing, silently */
-		int			has;
-		sqlite3_int64 highest;
-
-		rc = readHighest(conn, z, n, 1, &has, &highest);
-		if (rc == SQLITE_OK && has)
-			rc = untrusted(conn, "fence_reset's delete from main.fence_tokens did not take "
-						   "effect", z, n);
-	}
 	/* the transaction no longer holds what was forgotten (undone on rollback) */
 	fenceGuardMemoForget(conn);
 	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
@@ -1589,8 +1379,7 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 /*
  * fence_guard_write(guard, resource, token), fence_guard_fenced(guard,
  * resource): what the triggers of an earlier 1.4 development build call.
- * Their guards are sealed at load (fenceSealOldGuards); one that could not
- * be (a read-only file) is refused here, saying what to do.
+ * Refused, saying what to do.
  */
 static void
 fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -1642,7 +1431,6 @@ fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
  * type, so a function of the same name that an application defines in SQL
  * or returns NULL cannot pass for it. To SQL it reads as NULL.
  */
-#define FENCE_CONN_POINTER "fence.FenceConn"
 
 static void
 fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
@@ -1690,246 +1478,25 @@ fenceReadHighest(FenceConn *conn, const char *z, int n, int *pHas, sqlite3_int64
 	return readHighest(conn, z, n, 0, pHas, pHighest);
 }
 
-/* ---------------------------------------------------------------------
- * Registration
- * ------------------------------------------------------------------ */
-
-/*
- * Flags by role (STYLE.md C6): functions that applications call and that
- * change the fence are DIRECTONLY, so a view or trigger planted in the
- * schema cannot move a fence; fence_current only reads and is INNOCUOUS; the
- * guards must be reachable from our schema triggers and so carry neither,
- * which means they refuse to run under PRAGMA trusted_schema=OFF: protected
- * tables then fail closed ("unsafe use of fence_guard_write()").
- */
-#define APP_WRITES   (SQLITE_UTF8 | SQLITE_DIRECTONLY)
-#define APP_READS    (SQLITE_UTF8 | SQLITE_INNOCUOUS)
-#define FROM_TRIGGER (SQLITE_UTF8)
-
-static const struct FenceFunction
-{
-	const char *name;
-	int			nArg;
-	int			flags;
-	void		(*xFunc) (sqlite3_context *, int, sqlite3_value **);
-}			fenceFunctions[] =
-{
-	{"fence_check", 2, APP_WRITES, fenceCheckFunc},
-	{"fence_try", 2, APP_WRITES, fenceTryFunc},
-	{"fence_current", 1, APP_READS, fenceCurrentFunc},
-	{"fence_reset", 1, APP_WRITES, fenceResetFunc},
-	{"fence_protect", 3, APP_WRITES, fenceProtectFunc},
-	{"fence_protect", 4, APP_WRITES, fenceProtectFunc},
-	{"fence_unprotect", 1, APP_WRITES, fenceUnprotectFunc},
-	{"fence_guard_write", 2, FROM_TRIGGER, fenceGuardWriteFunc},
-	{"fence_guard_write", 4, FROM_TRIGGER, fenceGuardWriteFunc},
-	{"fence_guard_fenced", 1, FROM_TRIGGER, fenceGuardFencedFunc},
-	{"fence_guard_fenced", 3, FROM_TRIGGER, fenceGuardFencedFunc},
-	{"fence_guard_ready", 3, FROM_TRIGGER, fenceGuardReadyFunc},
-	{"fence_tokens_changed", 3, APP_WRITES, fenceTokensChangedFunc},
-	{"fence_acquire", 3, APP_WRITES, fenceAcquireFunc},
-	{"fence_renew", 4, APP_WRITES, fenceRenewFunc},
-	{"fence_release", 3, APP_WRITES, fenceReleaseFunc},
-	{"fence_guard_write", 3, FROM_TRIGGER, fenceGuardOldFunc},
-	{"fence_guard_fenced", 2, FROM_TRIGGER, fenceGuardOldFunc},
-	/* last: its presence says every function above is registered */
-	{"fence_loaded", 0, APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
+static const FenceFunction coreFunctions[] = {
+	{"fence_check", 2, FENCE_APP_WRITES, fenceCheckFunc},
+	{"fence_try", 2, FENCE_APP_WRITES, fenceTryFunc},
+	{"fence_current", 1, FENCE_APP_READS, fenceCurrentFunc},
+	{"fence_reset", 1, FENCE_APP_WRITES, fenceResetFunc},
+	{"fence_guard_write", 2, FENCE_FROM_TRIGGER, fenceGuardWriteFunc},
+	{"fence_guard_write", 4, FENCE_FROM_TRIGGER, fenceGuardWriteFunc},
+	{"fence_guard_fenced", 1, FENCE_FROM_TRIGGER, fenceGuardFencedFunc},
+	{"fence_guard_fenced", 3, FENCE_FROM_TRIGGER, fenceGuardFencedFunc},
+	{"fence_guard_ready", 3, FENCE_FROM_TRIGGER, fenceGuardReadyFunc},
+	{"fence_guard_write", 3, FENCE_FROM_TRIGGER, fenceGuardOldFunc},
+	{"fence_guard_fenced", 2, FENCE_FROM_TRIGGER, fenceGuardOldFunc},
+	/* last (fence_init.c registers these after its own): says every one is there */
+	{"fence_loaded", 0, FENCE_APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
 };
 
-
-/*
- * FenceConn, zeroed, at the start of a cache line: its first two lines hold
- * what a statement of a many-statement transaction reads (fence_sqlite.h).
- * sqlite3_malloc's memory is aligned to 8 bytes only.
- */
-#define FENCE_CACHE_LINE 64
-_Static_assert(offsetof(FenceConn, pJoined) == FENCE_CACHE_LINE,
-			   "a memo-answered guard call reads FenceConn's first cache line only");
-_Static_assert(offsetof(FenceConn, held.n_entries) + sizeof(int) <= 2 * FENCE_CACHE_LINE,
-			   "a statement savepoint reads FenceConn's second cache line only");
-
-static FenceConn *
-fenceConnAlloc(void)
+int
+fenceCoreFunctions(const FenceFunction **pa)
 {
-	char	   *p = sqlite3_malloc64(sizeof(FenceConn) + FENCE_CACHE_LINE - 1);
-	FenceConn  *conn;
-
-	if (p == NULL)
-		return NULL;
-	conn = (FenceConn *) (p + ((FENCE_CACHE_LINE - (uintptr_t) p % FENCE_CACHE_LINE) %
-							   FENCE_CACHE_LINE));
-	memset(conn, 0, sizeof(*conn));
-	conn->pAlloc = p;
-	return conn;
-}
-
-/*
- * A connection whose main database takes no file locks, or not the locks
- * every other connection to the file takes: the URI parameter nolock=1, the
- * unix-none VFS, or a file with more than one name (a hard link: SQLite
- * names the WAL and its lock index after the path, so in WAL mode each name
- * has its own; refused in every mode, since the mode can change). SQLite's single writer, which orders a
- * fenced transaction after every accept it saw and before every later one
- * (a commit after a newer token fails as BUSY or stale), is then gone
- * between this connection and the others of the file: in rollback-journal
- * mode a transaction fenced at 10 committed after another connection had
- * committed 20. fence does not load on such a connection, so a protected
- * table's writes fail to prepare there. The error message, or NULL.
- */
-static char *
-fenceLocksOff(sqlite3 *db)
-{
-	const char *zFile = sqlite3_db_filename(db, "main");
-	char	   *zVfs = NULL;
-	char	   *zMsg = NULL;
-	int			bNoVfsLocks;
-
-	if (sqlite3_file_control(db, "main", SQLITE_FCNTL_VFSNAME, &zVfs) != SQLITE_OK)
-		zVfs = NULL;
-	/* the name of each VFS in a stack, joined by "/": any layer may be unix-none */
-	bNoVfsLocks = zVfs != NULL && (strcmp(zVfs, "unix-none") == 0 ||
-								   strstr(zVfs, "/unix-none") != NULL ||
-								   strncmp(zVfs, "unix-none/", 10) == 0);
-	if ((zFile != NULL && sqlite3_uri_boolean(zFile, "nolock", 0)) || bNoVfsLocks)
-		zMsg = sqlite3_mprintf("fence: this connection opened its database with %s, which turns "
-							   "off SQLite's file locks; fence relies on them to keep a write "
-							   "from committing after a newer token, so it does not load; open "
-							   "the database without it", bNoVfsLocks ? "the unix-none VFS" :
-							   "nolock=1");
-#ifndef _WIN32
-	else if (zFile != NULL && zFile[0] != '\0')
-	{
-		struct stat st;
-
-		if (stat(zFile, &st) == 0 && st.st_nlink > 1)
-			zMsg = sqlite3_mprintf("fence: the database file \"%s\" has %lu names (hard links); "
-								   "SQLite keeps a WAL and its lock index per name, so "
-								   "connections through two names do not exclude each other, "
-								   "and fence does not load; remove the other links", zFile,
-								   (unsigned long) st.st_nlink);
-	}
-#endif
-	sqlite3_free(zVfs);
-	return zMsg;
-}
-
-/*
- * Is fence already loaded on db? Loading it again must be harmless (SPEC.md
- * "No way around the fence"): registering the modules again would make
- * SQLite destroy the first FenceConn while the open transaction, its
- * savepoints and the functions registered the first time still point at
- * it. So a second load finds the first by calling fence_loaded() and keeps
- * it. Returns SQLITE_OK with *pLoaded set, or the error that kept us from
- * asking (out of memory, say), in which case nothing was changed.
- */
-static int
-fenceAlreadyLoaded(sqlite3 *db, int *pLoaded)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			rc;
-
-	*pLoaded = 0;
-	rc = sqlite3_prepare_v2(db, "SELECT fence_loaded()", -1, &stmt, NULL);
-	if (rc == SQLITE_ERROR)
-	{
-		/* "no such function": not loaded yet */
-		sqlite3_finalize(stmt);
-		return SQLITE_OK;
-	}
-	if (rc != SQLITE_OK)
-		return rc;
-	rc = sqlite3_step(stmt);
-	if (rc == SQLITE_ROW)
-	{
-		*pLoaded = sqlite3_value_pointer(sqlite3_column_value(stmt, 0),
-										 FENCE_CONN_POINTER) != NULL;
-		rc = SQLITE_OK;
-	}
-	sqlite3_finalize(stmt);
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-FENCE_EXPORT int
-sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pApi)
-{
-	FenceConn  *conn;
-	size_t		i;
-	int			rc;
-	int			bLoaded;
-
-	SQLITE_EXTENSION_INIT2(pApi);
-
-	rc = fenceAlreadyLoaded(db, &bLoaded);
-	if (rc != SQLITE_OK)
-	{
-		*pzErrMsg = sqlite3_mprintf("fence: cannot tell whether fence is already loaded "
-									"on this connection: %s", sqlite3_errstr(rc));
-		return rc;
-	}
-	if (bLoaded)
-		return SQLITE_OK;		/* the first load's state stays in charge */
-	if ((*pzErrMsg = fenceLocksOff(db)) != NULL)
-		return SQLITE_ERROR;
-
-	conn = fenceConnAlloc();
-	if (conn == NULL)
-		return SQLITE_NOMEM;
-	conn->db = db;
-	conn->cacheGen = 1;
-	conn->guardEpoch = 1;
-	conn->aMark = conn->aMarkFirst;
-	conn->nMarkAlloc = FENCE_MARKS_FIRST;
-	/* a transaction of a few short resources allocates nothing for them */
-	fence_held_init_buffers(&conn->held, &fenceSqliteAllocator, conn->aHeldFirst,
-							FENCE_HELD_FIRST, conn->aHeldBuckets, FENCE_HELD_FIRST);
-	fence_held_use_names(&conn->held, conn->zHeldNames, sizeof(conn->zHeldNames));
-
-	/* from here on the fence_held module owns conn, even when this fails */
-	rc = fenceHeldRegister(db, conn);
-	if (rc != SQLITE_OK)
-	{
-		*pzErrMsg = sqlite3_mprintf("fence: cannot register fence_held: %s",
-									sqlite3_errstr(rc));
-		fenceHeldUnregister(db);
-		return rc;
-	}
-	for (i = 0; i < sizeof(fenceFunctions) / sizeof(fenceFunctions[0]); i++)
-	{
-		const struct FenceFunction *f = &fenceFunctions[i];
-
-		rc = sqlite3_create_function_v2(db, f->name, f->nArg, f->flags, conn,
-										f->xFunc, NULL, NULL, NULL);
-		if (rc != SQLITE_OK)
-		{
-			*pzErrMsg = sqlite3_mprintf("fence: cannot register %s/%d: %s",
-										f->name, f->nArg, sqlite3_errmsg(db));
-			break;
-		}
-	}
-	if (rc == SQLITE_OK)
-	{
-		/*
-		 * Connecting now reads the schema, which another connection's lock
-		 * may forbid; loading must not fail for that. Each use connects
-		 * first (fenceHeldConnect) and reports what stops it then.
-		 */
-		(void) fenceHeldConnect(conn);
-		fenceSealOldGuards(db);
-		(void) fenceHeldCreateEnlist(conn);	/* only outside a transaction */
-		fenceCacheWatchCreate(conn);	/* likewise */
-	}
-	if (rc != SQLITE_OK)
-	{
-		/*
-		 * A failed load is undone whole: SQLite unmaps the library after a
-		 * failed init, so no function may stay bound to its code or to conn,
-		 * which removing the module frees. Removing a function that exists
-		 * allocates nothing, so this cannot fail half way.
-		 */
-		while (i-- > 0)
-			sqlite3_create_function_v2(db, fenceFunctions[i].name, fenceFunctions[i].nArg,
-									   fenceFunctions[i].flags, NULL, NULL, NULL, NULL, NULL);
-		fenceHeldUnregister(db);
-	}
-	return rc;
+	*pa = coreFunctions;
+	return (int) (sizeof(coreFunctions) / sizeof(coreFunctions[0]));
 }

@@ -80,11 +80,6 @@ SQLITE_EXTENSION_INIT3
 	"RAISE(ABORT, 'fence: the watch of main.fence_tokens did not run (an authorizer " \
 	"ignored it?): write refused') END BEGIN SELECT 0; END"
 
-static const char *const watchName[3] = {
-	"fence:watch:insert", "fence:watch:update", "fence:watch:delete"
-};
-/* fence_tokens_changed(NULL, NULL, NULL): this connection's FenceConn, as a pointer */
-#define WATCH_POINTER "fence.watch"
 
 /* after "CREATE TEMP TRIGGER "; sqlite_temp_master keeps "CREATE TRIGGER " and this */
 static const char *const watchSql[3] = {
@@ -150,9 +145,8 @@ fenceCacheWatchCreate(FenceConn *conn)
 }
 
 /*
- * Are the watch triggers there, exactly as fence makes them, and nothing
- * else of TEMP names fence_tokens_changed? Looked at again after each
- * schema change (watchPresent); 1 or 0.
+ * Are the three watch triggers there? Looked at again after each schema
+ * change (watchPresent); 1 or 0.
  */
 FENCE_COLD static int
 watchLook(FenceConn *conn)
@@ -161,41 +155,13 @@ watchLook(FenceConn *conn)
 	int			nFound = 0;
 	int			bOk = 1;
 
-	if (sqlite3_prepare_v2(conn->db,
-						   "SELECT name, sql FROM temp.sqlite_master WHERE name GLOB 'fence:watch:*' "
-						   "OR sql LIKE '%fence\\_tokens\\_changed%' ESCAPE '\\'",
+	if (sqlite3_prepare_v2(conn->db, "SELECT count(*) FROM temp.sqlite_master "
+						   "WHERE type = 'trigger' AND name GLOB 'fence:watch:*'",
 						   -1, &stmt, NULL) != SQLITE_OK)
 		return 0;				/* not remembered: asked again next time */
-	while (bOk && sqlite3_step(stmt) == SQLITE_ROW)
-	{
-		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-		const char *zSql = (const char *) sqlite3_column_text(stmt, 1);
-		int			i;
-
-		bOk = 0;
-		for (i = 0; i < 3 && zName && zSql; i++)
-			if (strcmp(zName, watchName[i]) == 0 && strncmp(zSql, "CREATE TRIGGER ", 15) == 0 &&
-				strcmp(zSql + 15, watchSql[i]) == 0)
-			{
-				bOk = 1;
-				nFound++;
-			}
-	}
+	if (sqlite3_step(stmt) == SQLITE_ROW)
+		nFound = sqlite3_column_int(stmt, 0);
 	sqlite3_finalize(stmt);
-
-	/*
-	 * And the function they call is fence's: an application's
-	 * create_function of the same name would take the triggers' calls
-	 * (and expire every statement, which brings fence back here).
-	 */
-	if (bOk && nFound == 3)
-	{
-		bOk = 0;
-		if (sqlite3_prepare_v2(conn->db, "SELECT fence_tokens_changed(NULL, NULL, NULL)", -1,
-							   &stmt, NULL) == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW)
-			bOk = sqlite3_value_pointer(sqlite3_column_value(stmt, 0), WATCH_POINTER) == conn;
-		sqlite3_finalize(stmt);
-	}
 	/* the mark that a later change of TEMP's schema expires (fenceWatchIntact) */
 	sqlite3_finalize(conn->pWatchMark);
 	conn->pWatchMark = NULL;
@@ -401,12 +367,8 @@ fenceTokensChangedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (sqlite3_value_type(argv[0]) == SQLITE_NULL && sqlite3_value_type(argv[1]) == SQLITE_NULL &&
 		sqlite3_value_type(argv[2]) == SQLITE_NULL)
 	{
-		/*
-		 * No row has three NULLs (resource is NOT NULL): fence asking whether
-		 * this function is its own (watchPresent). To SQL it reads as NULL,
-		 * so a trigger whose reads an authorizer blinded raises.
-		 */
-		sqlite3_result_pointer(ctx, conn, WATCH_POINTER, NULL);
+		/* no row has three NULLs (resource is NOT NULL): a blinded read */
+		sqlite3_result_null(ctx);
 		return;
 	}
 	for (i = 0; i < 2 && bOurs; i++)

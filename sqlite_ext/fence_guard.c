@@ -96,14 +96,23 @@ refuseSchemaRead(sqlite3_context *ctx, sqlite3 *db, int rc, const char *zSchema,
 		refuse(ctx, rc, NULL);
 	else if (rc == FENCE_RC_INVALID)
 		refuse(ctx, rc,
-			   sqlite3_mprintf("fence guard refused: the schema of \"%s\" read back blinded or "
-							   "not at all (an authorizer (sqlite3_set_authorizer) that answers "
-							   "SQLITE_IGNORE to reads of sqlite_schema or a PRAGMA table, or "
-							   "to a SELECT?), so fence cannot check %s; let the authorizer "
-							   "allow them", zSchema, zCheck));
+			   sqlite3_mprintf("fence guard refused: a value of the schema of \"%s\" read NULL, "
+							   "so fence cannot check %s", zSchema, zCheck));
 	else
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\" to check "
 										"%s: %s", zSchema, zCheck, sqlite3_errmsg(db)));
+}
+
+/* Does zHay hold zNeedle, in any case? */
+static int
+containsNoCase(const char *zHay, const char *zNeedle)
+{
+	size_t		n = strlen(zNeedle);
+
+	for (; *zHay; zHay++)
+		if (sqlite3_strnicmp(zHay, zNeedle, (int) n) == 0)
+			return 1;
+	return n == 0;
 }
 
 /*
@@ -217,7 +226,6 @@ forgetAdmitted(FenceConn *conn)
 	for (i = 0; i < conn->nGuard; i++)
 		sqlite3_free(conn->aGuard[i].zResource);
 	conn->nGuard = 0;
-	conn->bForeignChecked = 0;
 	conn->pSchemaStmt = NULL;	/* the next check reads the cookies */
 	fenceGuardMemoForget(conn);
 }
@@ -229,9 +237,6 @@ fenceGuardFree(FenceConn *conn)
 	sqlite3_free(conn->aGuard);
 	conn->aGuard = NULL;
 	conn->nGuardAlloc = 0;
-	sqlite3_free(conn->aProbed);
-	conn->aProbed = NULL;
-	conn->nProbed = conn->nProbedAlloc = 0;
 }
 
 /* Databases other than main and temp that this connection has attached. */
@@ -355,18 +360,6 @@ fenceSchemaCheck(FenceConn *conn)
 	return SQLITE_OK;
 }
 
-/* Does zHay contain zNeedle, ASCII case aside (SQL names are case-insensitive)? */
-static int
-containsNoCase(const char *zHay, const char *zNeedle)
-{
-	size_t		n = strlen(zNeedle);
-
-	for (; *zHay; zHay++)
-		if (sqlite3_strnicmp(zHay, zNeedle, (int) n) == 0)
-			return 1;
-	return n == 0;
-}
-
 /*
  * A copy of a trigger's SQL with every string literal emptied ('') and
  * every comment dropped: what is left is SQL fence's generator wrote (or
@@ -419,169 +412,6 @@ sqlWithoutLiterals(const char *zSql)
 	}
 	*o = '\0';
 	return zOut;
-}
-
-/*
- * Does every look-up in zSql, a trigger of main.zTable, read zTable? A
- * per-row guard's REPLACE look-ups read its table by name ("FROM "T" AS c
- * WHERE"). ALTER TABLE RENAME rewrites that name, except under PRAGMA
- * legacy_alter_table=ON, which leaves the old one: the look-ups would then
- * read whatever table has it now (a new one, or another protected table
- * that swapped names), and a REPLACE could delete rows of another resource
- * unchecked. Counted in the SQL with its literals emptied, where only
- * fence's generator and SQLite's RENAME write: the RAISE message's record
- * quotes index names, which may carry the alias text. -1 when out of
- * memory.
- */
-static int
-lookupsReadOwnTable(const char *zSql, const char *zTable)
-{
-	char	   *zBare = sqlWithoutLiterals(zSql);
-	char	   *zFrom = sqlite3_mprintf("FROM \"%w\"%s", zTable, FENCE_LOOKUP_ALIAS);
-	int			nAlias = 0;
-	int			nOwn = 0;
-	const char *z;
-	int			bOwn;
-
-	if (zBare != NULL && zFrom != NULL)
-	{
-		size_t		nFrom = strlen(zFrom);
-
-		for (z = zBare; (z = strstr(z, FENCE_LOOKUP_ALIAS)) != NULL; z++)
-		{
-			nAlias++;
-			/* the alias ends the table's FROM: step back over it */
-			if ((size_t) (z - zBare) + strlen(FENCE_LOOKUP_ALIAS) >= nFrom &&
-				strncmp(z + strlen(FENCE_LOOKUP_ALIAS) - nFrom, zFrom, nFrom) == 0)
-				nOwn++;
-		}
-	}
-	bOwn = zBare == NULL || zFrom == NULL ? -1 : nAlias == nOwn;
-	sqlite3_free(zBare);
-	sqlite3_free(zFrom);
-	return bOwn;
-}
-
-/*
- * The guard's triggers must be of the shape this fence writes
- * (FENCE_GUARD_SHAPE) or the one before (FENCE_GUARD_SHAPE_3, the same
- * check, whose statements fenceGuardAdmit cannot count): an older one
- * checks in its body, which an authorizer can skip, or passes other
- * arguments. A one-resource guard's triggers must
- * name, in their RAISE, the resource main.fence_guards records for it
- * (zResource; NULL for a per-row guard, whose calls pass the prefix): its
- * calls do not, and a record edited to another resource would otherwise
- * re-point the guard. *pbCounted: every trigger of the guard is of this
- * shape (a read that comes back blinded says no). Returns 1, or 0 with an
- * error set.
- */
-static int
-checkGuardShape(sqlite3_context *ctx, const FenceGuardTriggers *tr, sqlite3_int64 id,
-				const char *zTable, const char *zResource, const char *zUniques, int *pbCounted)
-{
-	int			t;
-	/* what this shape's RAISE says, and shape 3's (a per-row guard's: nothing checked) */
-	char	   *zTag = zResource ? fenceGuardTag(id, zResource, NULL) :
-		fenceGuardTag(id, NULL, zUniques);
-	char	   *zRaise = zTag ? sqlite3_mprintf(FENCE_GUARD_RAISE_SQL, zTag) : NULL;
-	char	   *zBadShape = NULL;	/* the first trigger of another shape or record */
-	char	   *zBadLookup = NULL;	/* the first whose look-ups name another table */
-	int			nTriggers = 0;
-	int			nCounted = 0;
-	int			bOk;
-	int			rc;
-
-	sqlite3_free(zTag);
-	if (zRaise == NULL)
-	{
-		sqlite3_result_error_nomem(ctx);
-		return 0;
-	}
-
-	/*
-	 * Each trigger of the guard (read whole: fence_schema_read.c): is it of
-	 * this shape or shape 3, with the RAISE text its record implies; do its
-	 * look-ups read its own table (lookupsReadOwnTable); is it of this shape.
-	 */
-	rc = SQLITE_OK;
-	for (t = 0; rc == SQLITE_OK && t < tr->n; t++)
-	{
-		const char *zSql = tr->a[t].zSql;
-		int			bShape4 = strstr(zSql, FENCE_GUARD_SHAPE) != NULL;
-		int			bRaise = strstr(zSql, zRaise) != NULL;
-		int			bShape = (bShape4 && bRaise) ||
-			(strstr(zSql, FENCE_GUARD_SHAPE_3) != NULL && (zResource == NULL || bRaise));
-		int			bOwn = bShape ? lookupsReadOwnTable(zSql, tr->a[t].zTable) : 1;
-		char	  **pzBad = !bShape ? &zBadShape : bOwn == 0 ? &zBadLookup : NULL;
-
-		if (bOwn < 0 || (pzBad != NULL && *pzBad == NULL &&
-						 (*pzBad = sqlite3_mprintf("%s", tr->a[t].zName)) == NULL))
-			rc = SQLITE_NOMEM;
-		nTriggers++;
-		nCounted += bShape4;
-	}
-	if (rc == SQLITE_OK)
-		rc = SQLITE_DONE;
-	if (rc == SQLITE_DONE && zBadShape != NULL)
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" was made by an older "
-							   "fence, or does not match its record in main.fence_guards "
-							   "(trigger \"%s\"); run fence_protect on the table again to "
-							   "replace its guard", zTable, zBadShape));
-	else if (rc == SQLITE_DONE && zBadLookup != NULL && strstr(zTable, FENCE_LOOKUP_ALIAS))
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the name of \"%s\" contains \"%s\", which "
-							   "fence's triggers use to look up the rows a REPLACE would delete; "
-							   "rename the table", zTable, FENCE_LOOKUP_ALIAS));
-	else if (rc == SQLITE_DONE && zBadLookup != NULL)
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" looks up the rows a "
-							   "REPLACE would delete in another table (trigger \"%s\"; was the "
-							   "table renamed under PRAGMA legacy_alter_table=ON?); run "
-							   "fence_protect on \"%s\" again", zTable, zBadLookup, zTable));
-	else if (rc != SQLITE_DONE)
-		refuse(ctx, rc, NULL);	/* out of memory */
-	bOk = rc == SQLITE_DONE && zBadShape == NULL && zBadLookup == NULL;
-	sqlite3_free(zRaise);
-	sqlite3_free(zBadShape);
-	sqlite3_free(zBadLookup);
-
-	/* counted: it has triggers, all of this shape (any doubt costs only speed) */
-	*pbCounted = nTriggers > 0 && nCounted == nTriggers;
-	return bOk;
-}
-
-/*
- * Does every comparison with OLD in zSql (literals emptied) compare under
- * BINARY? An UPDATE trigger's look-up runs only when "NEW."c" IS NOT
- * OLD."c"" for one of the index's columns, and a WITHOUT ROWID table's skips
- * the row being updated by "c."k" IS OLD."k""; under a column's NOCASE or
- * RTRIM collation 'x' and 'X' compare equal where a BINARY index keeps them
- * apart, and the row a REPLACE deletes went unchecked. fence_protect writes
- * them with FENCE_OLD_COLLATE since; a guard written before is refused.
- */
-static int
-oldComparisonsBinary(const char *zSql)
-{
-	static const char *const azIs[] = {" IS OLD.\"", " IS NOT OLD.\""};
-	const char *z;
-	int			i;
-
-	for (z = zSql; *z; z++)
-		for (i = 0; i < 2; i++)
-		{
-			size_t		n = strlen(azIs[i]);
-			const char *q;
-
-			if (sqlite3_strnicmp(z, azIs[i], (int) n) != 0)
-				continue;
-			/* the identifier's end: a quote not doubled */
-			for (q = z + n; *q && !(q[0] == '"' && q[1] != '"'); q += q[0] == '"' ? 2 : 1)
-				;
-			if (*q == '\0' || sqlite3_strnicmp(q + 1, FENCE_OLD_COLLATE, (int) strlen(FENCE_OLD_COLLATE)) != 0)
-				return 0;
-		}
-	return 1;
 }
 
 /*
@@ -650,11 +480,8 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 		{
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: UNIQUE index \"%s\" of \"%s\" is "
-								   "partial (WHERE): an UPDATE of a column of its WHERE clause "
-								   "alone moves a row into it, past the guard's look-ups, and a "
-								   "REPLACE through it would delete another resource's row; make "
-								   "the index whole, or protect the table with one resource",
-								   ix->a[i].zName, zTable));
+								   "partial; make it whole, or protect the table with one "
+								   "resource", ix->a[i].zName, zTable));
 			return 0;
 		}
 	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr->n; t++)
@@ -677,9 +504,6 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 			sqlite3_free(zSql);
 			continue;
 		}
-		if (!oldComparisonsBinary(zSql))
-			zMissing = sqlite3_mprintf("trigger \"%s\" compares with OLD under the columns' "
-									   "own collations, as an earlier 1.4 build wrote it", zName);
 		for (i = 0; rc == SQLITE_OK && zMissing == NULL && i < ix->n; i++)
 		{
 			const FenceUniqueIndex *x = &ix->a[i];
@@ -716,15 +540,14 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 	if (zMissing != NULL)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" does not look up the "
-							   "rows a REPLACE would delete through each UNIQUE index as it is "
-							   "now (%s; a column renamed and another given its name?); "
-							   "run fence_protect on \"%s\" again", zTable, zMissing, zTable));
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" does not cover "
+							   "REPLACE through %s; run fence_protect again", zTable, zMissing));
 		sqlite3_free(zMissing);
 		return 0;
 	}
 	return 1;
 }
+
 
 static int
 isWord(FenceSqlToken k, const char *zTok, int nTok, const char *zWord)
@@ -832,12 +655,10 @@ checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			if (triggerMayRewriteRow(tr.a[t].zSql))
 			{
 				refuse(ctx, FENCE_RC_INVALID,
-					   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" is a "
-									   "BEFORE UPDATE trigger that writes, and SQLite reads the "
-									   "row back after BEFORE UPDATE triggers: a column it "
-									   "changes would be written after the per-row guard looked "
-									   "up the rows a REPLACE deletes; make it an AFTER UPDATE "
-									   "trigger, or drop it", azSchema[s], tr.a[t].zName, zTable));
+					   sqlite3_mprintf("fence guard refused: BEFORE UPDATE trigger %s.\"%s\" "
+									   "rewrites rows of \"%s\" after the guard's REPLACE "
+									   "check; make it AFTER UPDATE", azSchema[s],
+									   tr.a[t].zName, zTable));
 				fenceGuardTriggersFree(&tr);
 				sqlite3_free(zOwn);
 				return 0;
@@ -852,105 +673,6 @@ checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	refuseSchemaRead(ctx, conn->db, rc, azSchema[s > 0 ? s - 1 : 0],
 					 "the triggers on the guarded table");
 	return 0;
-}
-
-/* Does zHay contain zFirst and, after it, zThen, ASCII case aside (LIKE '%a%b%')? */
-static int
-containsInOrder(const char *zHay, const char *zFirst, const char *zThen)
-{
-	size_t		n = strlen(zFirst);
-
-	for (; *zHay; zHay++)
-		if (sqlite3_strnicmp(zHay, zFirst, (int) n) == 0)
-			return containsNoCase(zHay + n, zThen);
-	return 0;
-}
-
-/*
- * Is zName ("fence:<digits>...:...") a guard trigger whose id schema
- * zSchema's fence_guards records? The id is read as SQL's CAST reads the
- * text between "fence:" and the next ':'; fence_guards is read whole
- * (fenceGuardIdRecorded).
- */
-static int
-isRecordedGuardTrigger(FenceConn *conn, const char *zSchema, const char *zName, int *pbRecorded)
-{
-	const char *zId = zName + 6;
-	const char *zEnd;
-	sqlite3_stmt *stmt = NULL;
-	sqlite3_int64 id = 0;
-	int			rc;
-
-	*pbRecorded = 0;
-	if (strncmp(zName, "fence:", 6) != 0 || !(*zId >= '0' && *zId <= '9') ||
-		(zEnd = strchr(zId, ':')) == NULL)
-		return SQLITE_OK;
-	/* (no table read: nothing an authorizer can blind) */
-	rc = sqlite3_prepare_v2(conn->db, "SELECT CAST(?1 AS INTEGER)", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, zId, (int) (zEnd - zId), SQLITE_STATIC);
-		rc = sqlite3_step(stmt);
-		id = sqlite3_column_int64(stmt, 0);
-		rc = rc == SQLITE_ROW ? SQLITE_OK : rc == SQLITE_DONE ? FENCE_RC_INVALID : rc;
-	}
-	sqlite3_finalize(stmt);
-	return rc == SQLITE_OK ? fenceGuardIdRecorded(conn->db, zSchema, id, pbRecorded) : rc;
-}
-
-/*
- * Every schema's objects that name a guard function must be fence's own
- * guard triggers, each backed by its schema's fence_guards. The schema is
- * read whole (fence_schema_read.c) and searched here: a WHERE on sql was
- * blinded by an authorizer answering SQLITE_IGNORE to that search alone.
- */
-static int
-checkForeignCallers(sqlite3_context *ctx, FenceConn *conn)
-{
-	static const char *const azGuardFunction[] = {
-		"fence_guard_write", "fence_guard_fenced", "fence_guard_ready"
-	};
-	int			i;
-
-	for (i = 0; sqlite3_db_name(conn->db, i) != NULL; i++)
-	{
-		const char *zSchema = sqlite3_db_name(conn->db, i);
-		FenceGuardTriggers all = {0, NULL, NULL, NULL, 0};
-		const char *zForeign = NULL;
-		int			rc = fenceTableTriggersRead(conn->db, zSchema, NULL, &all);
-		int			o,
-					f;
-
-		for (o = 0; rc == SQLITE_OK && zForeign == NULL && o < all.n; o++)
-		{
-			int			bCalls = 0;
-			int			bRecorded = 0;
-
-			for (f = 0; f < 3; f++)
-				bCalls |= containsNoCase(all.a[o].zSql, azGuardFunction[f]);
-			if (!bCalls)
-				continue;
-			if (strcmp(all.a[o].zType, "trigger") == 0)
-				rc = isRecordedGuardTrigger(conn, zSchema, all.a[o].zName, &bRecorded);
-			if (rc == SQLITE_OK && !bRecorded)
-				zForeign = all.a[o].zName;
-		}
-		if (rc != SQLITE_OK)
-			refuseSchemaRead(ctx, conn->db, rc, zSchema,
-							 "that no planted object calls fence's guard functions");
-		else if (zForeign != NULL)
-			refuse(ctx, FENCE_RC_INVALID,
-				   sqlite3_mprintf("fence guard refused: \"%s\".\"%s\" names a fence guard "
-								   "function but is not a guard trigger that fence_protect "
-								   "created; only fence's own guard triggers may call "
-								   "fence_guard_write, fence_guard_fenced or fence_guard_ready "
-								   "(drop it)", zSchema, zForeign));
-		fenceGuardTriggersFree(&all);
-		if (rc != SQLITE_OK || zForeign != NULL)
-			return 0;
-	}
-	conn->bForeignChecked = 1;
-	return 1;
 }
 
 /*
@@ -1052,145 +774,28 @@ checkDefaultsSeen(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 	if (zReplaced != NULL)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: column \"%s\" of \"%s\" is NOT NULL with "
-							   "a DEFAULT, and %s: under REPLACE, SQLite writes the DEFAULT in "
-							   "place of a NULL after the guard's checks ran; drop the DEFAULT, "
-							   "or write the NOT NULL as CHECK (\"%s\" IS NOT NULL), then run "
-							   "fence_protect on \"%s\" again", zReplaced, zTable,
-							   why == FENCE_DEFAULT_AFTER ? "it is the token column of a guard "
-							   "that checks rows after INSERT (a NULL token is checked as the "
-							   "DEFAULT)" : why == FENCE_DEFAULT_GENERATED ?
-							   "the table has a generated column" : "a UNIQUE index holds it",
-							   zReplaced, zTable));
+			   sqlite3_mprintf("fence guard refused: NOT NULL DEFAULT column \"%s\" of \"%s\" "
+							   "(%s) takes its DEFAULT after the guard ran; drop the DEFAULT "
+							   "or use CHECK (\"%s\" IS NOT NULL)", zReplaced, zTable,
+							   why == FENCE_DEFAULT_AFTER ? "the token, checked after INSERT" :
+							   why == FENCE_DEFAULT_GENERATED ? "beside a generated column" :
+							   "in a UNIQUE index", zReplaced));
 		sqlite3_free(zReplaced);
 		return 0;
 	}
 	return 1;
 }
 
-/*
- * Did guard id pass checkDefaultsSeen and checkTokenUpdateKept since main's
- * schema last changed and an authorizer was last set? Only those can change
- * their answers (an authorizer answering the same for the same question),
- * and both make SQLite prepare every statement again, the schema probe
- * among them. With a database attached, a guard is admitted in every
- * transaction (fenceSchemaCheck), and these two checks compile an UPDATE
- * of the table: remembered, they run once per schema and authorizer.
- * SQLITE_OK with *pbProbed set, or an error.
- */
+/* Does zHay hold zFirst and, after it, zThen (in any case)? */
 static int
-probedSince(FenceConn *conn, sqlite3_int64 id, int *pbProbed)
+containsInOrder(const char *zHay, const char *zFirst, const char *zThen)
 {
-	int			rc = stepSchemaProbe(conn);
-	int			n,
-				i;
+	size_t		n = strlen(zFirst);
 
-	*pbProbed = 0;
-	if (rc != SQLITE_OK)
-		return rc;
-	n = sqlite3_stmt_status(conn->pSchemaProbe, SQLITE_STMTSTATUS_REPREPARE, 0);
-	if (conn->pProbedWith != conn->pSchemaProbe || conn->nProbedReprepare != n)
-	{
-		conn->nProbed = 0;
-		conn->pProbedWith = conn->pSchemaProbe;
-		conn->nProbedReprepare = n;
-	}
-	for (i = 0; i < conn->nProbed; i++)
-		if (conn->aProbed[i] == id)
-			*pbProbed = 1;
-	return SQLITE_OK;
-}
-
-/* Remember that guard id passed them (out of memory: it is asked again). */
-static void
-probedRemember(FenceConn *conn, sqlite3_int64 id)
-{
-	if (conn->nProbed == conn->nProbedAlloc)
-	{
-		int			nAlloc = conn->nProbedAlloc * 2 + 8;
-		sqlite3_int64 *a = sqlite3_realloc64(conn->aProbed,
-											 sizeof(sqlite3_int64) * (sqlite3_uint64) nAlloc);
-
-		if (a == NULL)
-			return;
-		conn->aProbed = a;
-		conn->nProbedAlloc = nAlloc;
-	}
-	conn->aProbed[conn->nProbed++] = id;
-}
-
-/*
- * Does an UPDATE that sets the guard's token column write it? An authorizer
- * answering SQLITE_IGNORE to SQLITE_UPDATE of that column (a "read-only
- * column" policy, the same answer every time) makes SQLite drop the
- * assignment but still fire the guard's BEFORE UPDATE OF trigger, whose
- * NEW value is then the stored token: the guard would take the row's
- * token, the highest, for the one the statement presented, and a zombie's
- * write with a stale token would commit. So the guard asks SQLite to
- * compile such an UPDATE (EXPLAIN, WHERE 0: nothing runs) and looks for
- * the assigned value in the program. Setting an authorizer expires every
- * statement, fence's schema probe with them, which makes the next guard
- * call admit again. Denied (SQLITE_AUTH) is no harm: such UPDATEs fail to
- * prepare. Returns 1, or 0 with an error set.
- */
-#define TOKEN_PROBE_VALUE 1947268305
-static int
-checkTokenUpdateKept(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTriggers *tr,
-					 sqlite3_int64 id, const char *zTable)
-{
-	char	   *zColumn = NULL;
-	char	   *zSql = NULL;
-	sqlite3_stmt *stmt = NULL;
-	int			bKept = 0;
-	int			rc = guardTokenColumn(tr, id, 1, &zColumn);
-
-	if (rc == SQLITE_OK && zColumn == NULL)
-		return 1;				/* no token column: nothing to set */
-	if (rc == SQLITE_OK)
-	{
-		zSql = sqlite3_mprintf("EXPLAIN UPDATE main.\"%w\" SET %s = %d WHERE 0", zTable, zColumn,
-							   TOKEN_PROBE_VALUE);
-		/* fence's own statement: its triggers' reads of fence_join are no guarded statement's */
-		sqlite3_uint64 nJoinPlanned = conn->nJoinPlanned;
-
-		rc = zSql ? sqlite3_prepare_v2(conn->db, zSql, -1, &stmt, NULL) : SQLITE_NOMEM;
-		conn->nJoinPlanned = nJoinPlanned;
-	}
-	if (rc == SQLITE_AUTH)
-		bKept = 1;				/* denied: the UPDATE cannot run at all */
-	while (rc == SQLITE_OK && !bKept && sqlite3_step(stmt) == SQLITE_ROW)
-	{
-		const char *zOp = (const char *) sqlite3_column_text(stmt, 1);
-
-		if (zOp != NULL && strcmp(zOp, "Integer") == 0 &&
-			sqlite3_column_int64(stmt, 2) == TOKEN_PROBE_VALUE)
-			bKept = 1;
-	}
-	if (rc == SQLITE_OK)
-		rc = sqlite3_finalize(stmt);
-	else
-		sqlite3_finalize(stmt);
-	sqlite3_free(zSql);
-	if (rc != SQLITE_OK && !bKept)
-	{
-		sqlite3_free(zColumn);
-		refuseSchemaRead(ctx, conn->db, rc, "main", "what an UPDATE of the token column compiles to");
-		return 0;
-	}
-	if (!bKept)
-	{
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: an UPDATE of \"%s\" that sets %s does not "
-							   "write it (an authorizer (sqlite3_set_authorizer) that answers "
-							   "SQLITE_IGNORE to SQLITE_UPDATE of the token column?), so the "
-							   "guard would take the row's stored token for the one the "
-							   "statement presents; let the authorizer allow the update, or "
-							   "answer SQLITE_DENY", zTable, zColumn));
-		sqlite3_free(zColumn);
-		return 0;
-	}
-	sqlite3_free(zColumn);
-	return 1;
+	for (; *zHay; zHay++)
+		if (sqlite3_strnicmp(zHay, zFirst, (int) n) == 0)
+			return containsNoCase(zHay + n, zThen);
+	return 0;
 }
 
 /*
@@ -1258,13 +863,9 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		else if (zBad != NULL)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" may "
-								   "RAISE(IGNORE) or run AFTER INSERT, either of which can end "
-								   "the statement (RAISE(IGNORE), RAISE(FAIL), a conflict under "
-								   "INSERT OR FAIL) with the row written and fence's check of "
-								   "a row whose key SQLite assigns (made AFTER INSERT) skipped; "
-								   "make it a BEFORE INSERT trigger without RAISE(IGNORE) (a "
-								   "WHEN clause skips its body instead), or drop it", azSchema[s],
-								   zBad, zTable));
+								   "RAISE(IGNORE) or run AFTER INSERT, before the check of "
+								   "the assigned key; make it BEFORE INSERT without "
+								   "RAISE(IGNORE)", azSchema[s], zBad, zTable));
 		fenceGuardTriggersFree(&tr);
 		if (rc != SQLITE_OK || zBad != NULL)
 		{
@@ -1297,6 +898,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	FenceUniqueIndexes ix = {0, NULL};	/* read when the record names indexes */
 	FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
 	int			bCounted = 0;
+	int			nShape = 0;
 	FenceGuardSeen *g;
 
 	rc = fenceOwnTableShape(db, "fence_guards", &zShape);
@@ -1325,24 +927,12 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	}
 	if (rc == SQLITE_DONE)
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: guard %lld is not recorded in this "
-							   "connection's main database; a protected table can be "
-							   "written only through a connection that opens its file as "
-							   "main (not through ATTACH), where its fence_tokens are",
-							   (long long) id));
+			   sqlite3_mprintf("fence guard refused: guard %lld is not recorded in main; "
+							   "write the table through a connection that opens its file as "
+							   "main, not ATTACH", (long long) id));
 	else if (rc != SQLITE_ROW)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read main.fence_guards: %s",
 										(long long) id, sqlite3_errmsg(db)));
-	else if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
-			 sqlite3_column_type(stmt, 1) != SQLITE_INTEGER ||
-			 sqlite3_column_type(stmt, 2) != SQLITE_TEXT ||
-			 sqlite3_column_type(stmt, 3) != SQLITE_TEXT)
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: guard %lld reads back from "
-							   "main.fence_guards with a NULL column (an authorizer that "
-							   "answers SQLITE_IGNORE to reads of fence_guards or "
-							   "sqlite_schema?); fence refuses rather than guess",
-							   (long long) id));
 	else if (sqlite3_column_int(stmt, 1) != bKeyed ||
 			 (zRes != NULL && (sqlite3_column_bytes(stmt, 0) != nRes ||
 							   memcmp(sqlite3_column_text(stmt, 0), zRes, (size_t) nRes) != 0)))
@@ -1364,25 +954,15 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		else if (rc == FENCE_RC_INVALID)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" read "
-								   "back blinded (an authorizer (sqlite3_set_authorizer) that "
-								   "answers SQLITE_IGNORE to reads of pragma_index_list or "
-								   "pragma_index_xinfo?), and a REPLACE through an index the "
-								   "guard does not see would delete rows unchecked; let the "
-								   "authorizer allow them",
-								   (const char *) sqlite3_column_text(stmt, 3)));
+								   "NULL", (const char *) sqlite3_column_text(stmt, 3)));
 		else
 			refuseSchemaRead(ctx, db, rc, "main", "the UNIQUE indexes of the guarded table");
 	}
 	else if (strcmp(zNow, (const char *) sqlite3_column_text(stmt, 2)) != 0)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" changed "
-							   "since fence_protect (then: %s; now: %s), and a REPLACE "
-							   "through an index the guard does not know would delete rows "
-							   "unchecked; run fence_protect again",
-							   (const char *) sqlite3_column_text(stmt, 3),
-							   sqlite3_column_text(stmt, 2)[0] ?
-							   (const char *) sqlite3_column_text(stmt, 2) : "none",
-							   zNow[0] ? zNow : "none"));
+							   "since fence_protect; run fence_protect again",
+							   (const char *) sqlite3_column_text(stmt, 3)));
 	else
 		ok = 1;
 	if (ok && zRes == NULL)
@@ -1395,41 +975,22 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			ok = 0;
 		}
 	}
-	/* the guard's triggers, read once for the checks of their shape and look-ups */
+	/* counted (admittedByCount): every trigger of the guard is of this shape */
 	if (ok && (rc = fenceGuardTriggersRead(db, id, &tr)) != SQLITE_OK)
 	{
 		refuseSchemaRead(ctx, db, rc, "main", "the triggers of the guarded table");
 		ok = 0;
 	}
-	if (ok && !checkGuardShape(ctx, &tr, id, (const char *) sqlite3_column_text(stmt, 3),
-							   bKeyed ? NULL : (const char *) sqlite3_column_text(stmt, 0),
-							   (const char *) sqlite3_column_text(stmt, 2), &bCounted))
-		ok = 0;
+	for (i = 0; ok && i < tr.n; i++)
+		nShape += strstr(tr.a[i].zSql, FENCE_GUARD_SHAPE) != NULL;
+	bCounted = tr.n > 0 && nShape == tr.n;
 	if (ok && bKeyed && strcmp((const char *) sqlite3_column_text(stmt, 2), "*") != 0 &&
 		(!checkLookupsCover(ctx, conn, &tr, &ix, id, (const char *) sqlite3_column_text(stmt, 3)) ||
-		 !checkRewritingTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3))))
+		 !checkRewritingTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)) ||
+		 !checkDefaultsSeen(ctx, conn, &tr, id, &ix, (const char *) sqlite3_column_text(stmt, 3))))
 		ok = 0;
 	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
 		ok = 0;
-	if (ok)
-	{
-		const char *zTable = (const char *) sqlite3_column_text(stmt, 3);
-		int			bProbed = 0;
-
-		if ((rc = probedSince(conn, id, &bProbed)) != SQLITE_OK)
-		{
-			refuseSchemaRead(ctx, db, rc, "main", "the schema (its probe statement)");
-			ok = 0;
-		}
-		else if (!bProbed)
-		{
-			ok = (!bKeyed || strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0 ||
-				  checkDefaultsSeen(ctx, conn, &tr, id, &ix, zTable)) &&
-				checkTokenUpdateKept(ctx, conn, &tr, id, zTable);
-			if (ok)
-				probedRemember(conn, id);
-		}
-	}
 	sqlite3_free(zNow);
 	fenceUniqueIndexesFree(&ix);
 	fenceGuardTriggersFree(&tr);
@@ -1465,8 +1026,6 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			goto fail;
 		}
 	}
-	if (!conn->bForeignChecked && !checkForeignCallers(ctx, conn))
-		goto fail;
 
 	if (conn->nGuard == conn->nGuardAlloc)
 	{
@@ -1503,11 +1062,25 @@ fail:
 }
 
 /*
- * With journal_mode=OFF a refused statement's earlier rows would stay. The
- * journal file being open means a journalling mode (or WAL) is in force and
- * this transaction has written a page; then the mode can no longer change
- * until it ends. Otherwise ask.
+ * With journal_mode=OFF a refused statement's earlier rows would stay, and
+ * with MEMORY a process killed in the middle of a transaction leaves what
+ * it wrote in the file (no journal survives it to roll back): both are
+ * refused for a database in a file. The journal file being open (a real
+ * file: an in-memory journal has no xLock) means a journalling mode on
+ * disk (or WAL) is in force and this transaction has written a page; then
+ * the mode can no longer change until it ends. Otherwise ask.
  */
+/* Is main no file (":memory:", a temporary or a deserialized database)? */
+static int
+mainInMemory(sqlite3 *db)
+{
+	const char *zFile = sqlite3_db_filename(db, "main");
+	sqlite3_vfs *pVfs = NULL;
+
+	sqlite3_file_control(db, "main", SQLITE_FCNTL_VFS_POINTER, &pVfs);
+	return zFile == NULL || zFile[0] == '\0' || (pVfs && strcmp(pVfs->zName, "memdb") == 0);
+}
+
 static int
 journalWorks(sqlite3_context *ctx, FenceConn *conn)
 {
@@ -1521,7 +1094,7 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	/* NULL: main, without a look-up by name */
 	if (sqlite3_file_control(conn->db, NULL, SQLITE_FCNTL_JOURNAL_POINTER,
 							 &pJournal) == SQLITE_OK &&
-		pJournal != NULL && pJournal->pMethods != NULL)
+		pJournal != NULL && pJournal->pMethods != NULL && pJournal->pMethods->xLock != NULL)
 	{
 		conn->bJournalChecked = conn->bEnlisted;	/* reset when it ends (fence_held.c) */
 		return 1;
@@ -1541,17 +1114,17 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	}
 	rc = sqlite3_step(conn->pJournalMode);
 	zMode = rc == SQLITE_ROW ? sqlite3_column_text(conn->pJournalMode, 0) : NULL;
-	if (rc == SQLITE_ROW && zMode != NULL && sqlite3_stricmp((const char *) zMode, "off") != 0)
+	if (rc == SQLITE_ROW && zMode != NULL && sqlite3_stricmp((const char *) zMode, "off") != 0 &&
+		(sqlite3_stricmp((const char *) zMode, "memory") != 0 || mainInMemory(conn->db)))
 	{
 		sqlite3_reset(conn->pJournalMode);
 		return 1;
 	}
 	if (rc == SQLITE_ROW && zMode != NULL)
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: PRAGMA journal_mode is OFF on main, so "
-							   "SQLite could not undo a refused statement's earlier rows; a "
-							   "protected table is written only with a journal (DELETE, "
-							   "TRUNCATE, PERSIST, MEMORY or WAL)"));
+			   sqlite3_mprintf("fence guard refused: journal_mode=%s cannot undo a refused "
+							   "or interrupted write; use DELETE, TRUNCATE, PERSIST or WAL",
+							   zMode));
 	else if (rc == SQLITE_DONE)
 		refuse(ctx, SQLITE_AUTH,
 			   sqlite3_mprintf("fence guard: PRAGMA main.journal_mode gave no value (an "

@@ -82,13 +82,9 @@ connRelease(FenceConn *conn)
 {
 	if (--conn->nRef > 0)
 		return;
-	fenceFinalizeStatements(conn);
-	fenceUndoForget(conn);
-	fenceHintsFree(conn);
-	sqlite3_free(conn->aUndo);
+	conn->pHooks->xFinalize(conn);
+	conn->pHooks->xFree(conn);
 	fence_held_free(&conn->held);
-	fenceGuardFree(conn);
-	fenceStatsFree(conn);
 	if (conn->aMark != conn->aMarkFirst)
 		sqlite3_free(conn->aMark);
 	sqlite3_free(conn->pAlloc);
@@ -161,7 +157,7 @@ heldDisconnect(sqlite3_vtab *pVtab)
 {
 	HeldVtab   *vtab = (HeldVtab *) pVtab;
 
-	fenceFinalizeStatements(vtab->conn);
+	vtab->conn->pHooks->xFinalize(vtab->conn);
 	vtab->conn->bVtabConnected = 0;
 	connRelease(vtab->conn);
 	sqlite3_free(vtab);
@@ -346,11 +342,10 @@ connStartOver(FenceConn *conn, int bEnlisted)
 	fenceGuardMemoForget(conn);
 	conn->bJournalChecked = 0;
 	fence_held_clear(&conn->held);
-	fenceUndoForget(conn);
 	conn->nMark = 0;
 	conn->bEnlisted = bEnlisted;
 	conn->bBroken = 0;
-	fenceGuardTxnEnded(conn);
+	conn->pHooks->xTxnStartOver(conn);
 	return SQLITE_OK;
 }
 
@@ -378,7 +373,7 @@ heldBegin(sqlite3_vtab *pVtab)
 	conn->pJoined = pVtab;
 	conn->nBegin++;
 	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
-		fenceCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
+		conn->pHooks->xCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
 	return connStartOver(conn, 1);
 }
 
@@ -390,7 +385,7 @@ heldCommit(sqlite3_vtab *pVtab)
 	if (notJoined(pVtab))
 		return SQLITE_OK;
 	conn->pJoined = NULL;
-	fenceCacheTxnEnd(conn, 1);
+	conn->pHooks->xCacheTxnEnd(conn, 1);
 	return connStartOver(conn, 0);
 }
 
@@ -402,8 +397,7 @@ heldRollback(sqlite3_vtab *pVtab)
 	if (notJoined(pVtab))
 		return SQLITE_OK;
 	conn->pJoined = NULL;
-	fenceGuardRolledBack(conn);
-	fenceCacheTxnEnd(conn, 0);
+	conn->pHooks->xRolledBack(conn);
 	return connStartOver(conn, 0);
 }
 
@@ -467,8 +461,7 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 		fence_held_truncate(&conn->held, conn->aMark[iSavepoint]);
 		conn->nMark = iSavepoint + 1;	/* the savepoint itself stays open */
 	}
-	fenceGuardRolledBack(conn);
-	fenceCacheRolledBackTo(conn);
+	conn->pHooks->xRolledBackTo(conn);
 	return SQLITE_OK;
 }
 
@@ -517,12 +510,9 @@ heldSync(sqlite3_vtab *pVtab)
 	if (conn->bBroken)
 		pVtab->zErrMsg = sqlite3_mprintf("%s", FENCE_BROKEN_MSG);
 	else
-		pVtab->zErrMsg = sqlite3_mprintf("fence: this transaction wrote the attached database "
-										 "\"%s\", which was attached after its fence was "
-										 "taken without main's write lock: nothing keeps that "
-										 "write from committing after a newer token, so the "
-										 "transaction is rolled back; ATTACH before the "
-										 "transaction's first fence_check", zAttached);
+		pVtab->zErrMsg = sqlite3_mprintf("fence refused: the transaction wrote \"%s\", "
+										 "attached after its first fence; ATTACH before "
+										 "fence_check", zAttached);
 	return SQLITE_ERROR;
 }
 
@@ -591,217 +581,13 @@ static const sqlite3_module txnModule =
  */
 static const sqlite3_module joinModule = TXN_MODULE(NULL, NULL);
 
-/* ---------------------------------------------------------------------
- * The fence_witness virtual table: proof that a guard's column reads ran.
- *
- * An authorizer that answers SQLITE_IGNORE to SQLITE_READ of a column makes
- * SQLite compile a constant NULL in place of every read of that column, in
- * the guard triggers too; a REPLACE-victim look-up "c.u = NEW.u" then finds
- * no row and the rows of another resource that the REPLACE deletes go
- * unchecked. A NULL read from a row cannot be told from a NULL put there by
- * the authorizer at run time, but it can at prepare time: the guard passes
- * the columns its look-ups read to fence_witness(N, NEW.c1, ..., NEW.cN),
- * and xBestIndex asks sqlite3_vtab_rhs_value() for each argument. A real
- * column read has no value yet (SQLITE_NOTFOUND); one the authorizer
- * replaced is a known constant NULL, and the plan is refused with an error,
- * so the statement that fires the guard cannot be prepared at all. N, a
- * literal, says how many arguments must arrive. Every read of a column in a
- * trigger is authorized with the same arguments (table, column, database,
- * trigger name), so the look-up's reads of c.u are blinded exactly when the
- * witnessed NEW.u is.
- *
- * It reads nothing and changes nothing: one row whose ok is 1. INNOCUOUS,
- * so that a trigger stored in the schema may use it.
- * ------------------------------------------------------------------ */
-
-static int
-witnessConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
-			   sqlite3_vtab **ppVtab, char **pzErr)
-{
-	sqlite3_vtab *vtab;
-	int			rc;
-
-	(void) pAux;
-	(void) argc;
-	(void) argv;
-	(void) pzErr;
-	rc = sqlite3_declare_vtab(db, "CREATE TABLE x(ok, n HIDDEN, "
-							  "a1 HIDDEN, a2 HIDDEN, a3 HIDDEN, a4 HIDDEN, a5 HIDDEN, "
-							  "a6 HIDDEN, a7 HIDDEN, a8 HIDDEN, a9 HIDDEN, a10 HIDDEN, "
-							  "a11 HIDDEN, a12 HIDDEN, a13 HIDDEN, a14 HIDDEN, a15 HIDDEN)");
-	if (rc != SQLITE_OK)
-		return rc;
-	sqlite3_vtab_config(db, SQLITE_VTAB_INNOCUOUS);
-	vtab = sqlite3_malloc(sizeof(*vtab));
-	if (vtab == NULL)
-		return SQLITE_NOMEM;
-	memset(vtab, 0, sizeof(*vtab));
-	*ppVtab = vtab;
-	return SQLITE_OK;
-}
-
-static int
-witnessDisconnect(sqlite3_vtab *pVtab)
-{
-	sqlite3_free(pVtab);
-	return SQLITE_OK;
-}
-
-static int
-witnessRefuse(sqlite3_vtab *pVtab, const char *zWhy)
-{
-	sqlite3_free(pVtab->zErrMsg);
-	pVtab->zErrMsg = sqlite3_mprintf(
-		"fence guard refused: %s; an authorizer (sqlite3_set_authorizer) that answers "
-		"SQLITE_IGNORE to reads of a column the guard looks rows up by makes SQLite read "
-		"NULL, and the guard could not see the rows a REPLACE would delete; let the "
-		"authorizer allow reads of the protected table's UNIQUE and primary key columns "
-		"and its rowid", zWhy);
-	return SQLITE_ERROR;
-}
-
-static int
-witnessBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
-{
-	int			i;
-	int			nArgs = 0;
-	int			nUsed = 0;
-	sqlite3_int64 nExpected = -1;
-	unsigned	seen = 0;
-
-	for (i = 0; i < info->nConstraint; i++)
-	{
-		const struct sqlite3_index_constraint *c = &info->aConstraint[i];
-		sqlite3_value *v = NULL;
-		int			rc;
-
-		if (c->iColumn < 1 || c->op != SQLITE_INDEX_CONSTRAINT_EQ)
-			continue;
-		if (!c->usable)
-			return SQLITE_CONSTRAINT;	/* another plan will offer it usable */
-		rc = sqlite3_vtab_rhs_value(info, i, &v);
-		if (c->iColumn == 1)
-		{
-			if (rc == SQLITE_OK && sqlite3_value_type(v) == SQLITE_INTEGER)
-				nExpected = sqlite3_value_int64(v);
-		}
-		else
-		{
-			if (rc == SQLITE_OK && sqlite3_value_type(v) == SQLITE_NULL)
-				return witnessRefuse(pVtab, "a column the guard reads was compiled as a "
-									 "constant NULL");
-			if (!(seen & (1u << c->iColumn)))
-				nArgs++;
-			seen |= 1u << c->iColumn;
-		}
-		/* passed to xFilter (which ignores it) so that SQLite does not test it */
-		info->aConstraintUsage[i].argvIndex = ++nUsed;
-		info->aConstraintUsage[i].omit = 1;
-	}
-	if (nExpected != nArgs)
-		return witnessRefuse(pVtab, "fewer columns reached the guard's witness than it "
-							 "names");
-	info->estimatedCost = 1.0;
-	info->estimatedRows = 1;
-	info->idxFlags = SQLITE_INDEX_SCAN_UNIQUE;
-	return SQLITE_OK;
-}
-
-typedef struct WitnessCursor
-{
-	sqlite3_vtab_cursor base;
-	int			bEof;
-} WitnessCursor;
-
-static int
-witnessOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
-{
-	WitnessCursor *cur = sqlite3_malloc(sizeof(*cur));
-
-	(void) pVtab;
-	if (cur == NULL)
-		return SQLITE_NOMEM;
-	memset(cur, 0, sizeof(*cur));
-	*ppCursor = &cur->base;
-	return SQLITE_OK;
-}
-
-static int
-witnessClose(sqlite3_vtab_cursor *cur)
-{
-	sqlite3_free(cur);
-	return SQLITE_OK;
-}
-
-static int
-witnessFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
-			  int argc, sqlite3_value **argv)
-{
-	(void) idxNum;
-	(void) idxStr;
-	(void) argc;
-	(void) argv;
-	((WitnessCursor *) pCur)->bEof = 0;
-	return SQLITE_OK;
-}
-
-static int
-witnessNext(sqlite3_vtab_cursor *pCur)
-{
-	((WitnessCursor *) pCur)->bEof = 1;
-	return SQLITE_OK;
-}
-
-static int
-witnessEof(sqlite3_vtab_cursor *pCur)
-{
-	return ((WitnessCursor *) pCur)->bEof;
-}
-
-static int
-witnessColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
-{
-	(void) pCur;
-	if (col == 0)
-		sqlite3_result_int(ctx, 1);
-	else
-		sqlite3_result_null(ctx);
-	return SQLITE_OK;
-}
-
-static int
-witnessRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
-{
-	(void) pCur;
-	*pRowid = 1;
-	return SQLITE_OK;
-}
-
-static const sqlite3_module witnessModule = {
-	0,							/* iVersion */
-	NULL,						/* xCreate: eponymous only */
-	witnessConnect,
-	witnessBestIndex,
-	witnessDisconnect,
-	NULL,						/* xDestroy */
-	witnessOpen,
-	witnessClose,
-	witnessFilter,
-	witnessNext,
-	witnessEof,
-	witnessColumn,
-	witnessRowid,
-	NULL,						/* xUpdate: read-only */
-	NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-};
-
 /* The module's destructor: it drops the reference the module holds. */
 static void
 connDestroy(void *p)
 {
 	FenceConn  *conn = p;
 
-	fenceFinalizeStatements(conn);
+	conn->pHooks->xFinalize(conn);
 	connRelease(conn);
 }
 
@@ -818,10 +604,6 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 		rc = sqlite3_create_module_v2(db, "fence_txn", &txnModule, conn, NULL);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_create_module_v2(db, "fence_join", &joinModule, conn, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_create_module_v2(db, "fence_witness", &witnessModule, NULL, NULL);
-	if (rc == SQLITE_OK)
-		rc = fenceStatsRegister(db, conn);
 	return rc;
 }
 
@@ -832,7 +614,6 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 void
 fenceHeldUnregister(sqlite3 *db)
 {
-	sqlite3_create_module_v2(db, "fence_witness", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_join", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_stats", NULL, NULL, NULL);
 	sqlite3_create_module_v2(db, "fence_txn", NULL, NULL, NULL);
@@ -989,7 +770,7 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 		int			n = sqlite3_stmt_status(*pp, SQLITE_STMTSTATUS_REPREPARE, 0);
 
 		if (conn->apEnlistRan[i] != *pp || conn->anEnlistRan[i] != n)
-			fenceCacheSchemaChanged(conn);
+			conn->pHooks->xSchemaChanged(conn);
 		conn->apEnlistRan[i] = *pp;
 		conn->anEnlistRan[i] = n;
 	}

@@ -14,45 +14,38 @@
  * the clock, and writes what the rules say. State is main.fence_leases
  * (resource, holder, token, expires_at in ms since the Unix epoch, UTC),
  * created on first use and never pruned: a row's token is the highest ever
- * granted for its resource, so every grant exceeds every token ever granted
- * or accepted. A grant never writes fence_tokens: the new holder's first
- * accepted write moves the highest, and the old holder is refused from then
- * on. The lease is for liveness; the fence is what makes writes safe.
+ * granted for its resource, and a grant also exceeds the resource's highest
+ * accepted token. A grant never writes fence_tokens: the new holder's first
+ * accepted write moves the highest. The lease is for liveness; the fence
+ * is what makes writes safe.
  *
- * The clock is the default VFS's xCurrentTimeInt64, read at the moment of
- * the call once the write lock is held (not 'now', which SQLite keeps
- * stable within a statement). A lease is live while now < expires_at.
+ * The clock is the default VFS's xCurrentTimeInt64, read once the write
+ * lock is held (not 'now', which SQLite keeps stable within a statement).
+ * A lease is live while now < expires_at.
  *
- * Concurrency contract: a call takes main's write lock before it reads
- * anything, so its read, decision and write are one atomic step that no
- * other connection can interleave with (SQLite has one writer per file).
- *   - Inside the caller's open transaction, the call writes there and is
- *     undone by its ROLLBACK; a savepoint of the call's own keeps a failed
- *     call from leaving half of its work behind.
- *   - In autocommit mode, the call brackets its statements in that
- *     savepoint, which is then its own short transaction: released, it
- *     commits before the function returns.
- *   - Called from inside a writing statement (INSERT ... SELECT
- *     fence_acquire(...)), SQLite allows no savepoint, and a single-row
- *     INSERT has no statement journal either: a call refused after its
- *     write (a trigger or an authorizer changed what it wrote) would leave
- *     that write behind. So the call is refused there, before it reads or
- *     writes anything: lease calls run in a statement of their own.
- * Taking the lock as the first step of a transaction lets SQLite's busy
- * handler wait for it: the call waits at most the connection's busy
- * timeout, then fails with SQLITE_BUSY and changes nothing. A transaction
- * that has already read main (or an autocommit SELECT that reads a table
- * of main while calling) is upgraded without waiting, as SQLite does for
- * every such upgrade to avoid deadlock: it fails with SQLITE_BUSY at once
- * when another connection writes (BEGIN IMMEDIATE avoids that).
+ * Concurrency: a call takes main's write lock before it reads anything, so
+ * its read, decision and write are one step no other connection can
+ * interleave with (one writer per file).
+ *   - In autocommit mode the call brackets its statements in a savepoint,
+ *     which is then its own short transaction, committed before it returns.
+ *   - fence_renew and fence_release inside an open transaction write there,
+ *     in a savepoint of their own, and are undone by its ROLLBACK: a
+ *     rolled-back renewal costs liveness, never safety.
+ *   - A grant must never be rolled back once its caller has seen the token
+ *     (the next grant would hand the same token to another holder). Inside
+ *     an open transaction that has not yet read or written any database
+ *     (Python 3.12's autocommit=False, which is always inside a deferred
+ *     BEGIN), fence_acquire commits its grant through a second connection
+ *     of its own to the same file, so the caller's ROLLBACK cannot take it
+ *     back; inside a transaction that has read or written it is refused.
+ *   - Inside a writing statement (INSERT ... SELECT fence_acquire(...))
+ *     SQLite allows no savepoint: every lease call is refused there.
+ * The lock statement is the first of the call's transaction, so SQLite's
+ * busy handler waits for it, at most the connection's busy timeout. A call
+ * inside an autocommit SELECT that reads a table of main is upgraded
+ * without waiting, as SQLite does for every such upgrade.
  *
- * Trust: as for fence_tokens (fence.c), the table must have fence's shape,
- * every read proves itself against an authorizer that blinds columns (the
- * row read back under its resource, typed columns, a canary row), and every
- * write is read back.
- *
- * The functions are DIRECTONLY: a view or trigger planted in the schema
- * cannot take, extend or end a lease for the application.
+ * The functions are DIRECTONLY: no view or trigger calls them.
  */
 #include "fence_sqlite.h"
 
@@ -60,348 +53,130 @@
 
 SQLITE_EXTENSION_INIT3
 
-static const char createLeasesSql[] =
-"CREATE TABLE IF NOT EXISTS main.fence_leases" FENCE_LEASES_COLUMNS;
-
-/* Takes main's write lock and writes nothing. */
-static const char lockLeasesSql[] =
-"DELETE FROM main.fence_leases WHERE 0";
-
-/* The resource's row (tag 1) and a canary (tag 0), as in fence.c. */
-static const char selectLeaseSql[] =
-"SELECT 1, resource, holder, token, expires_at FROM main.fence_leases WHERE resource = ?1 "
-"UNION ALL SELECT 0, resource, NULL, NULL, NULL FROM "
-"(SELECT resource FROM main.fence_leases LIMIT 1)";
-
-static const char writeLeaseSql[] =
-"INSERT INTO main.fence_leases(resource, holder, token, expires_at) VALUES (?1, ?2, ?3, ?4) "
-"ON CONFLICT(resource) DO UPDATE SET holder = excluded.holder, token = excluded.token, "
-"expires_at = excluded.expires_at";
-
 /* Milliseconds between the Julian day epoch and the Unix epoch. */
 #define JULIAN_UNIX_MS ((sqlite3_int64) 210866760000000)
 
-#define LEASE_HINT \
-	"an authorizer (sqlite3_set_authorizer) that answers SQLITE_IGNORE for fence's " \
-	"own statements makes SQLite read NULL or skip the write; fence refuses rather " \
-	"than guess: let the authorizer allow reads and writes of main.fence_leases, " \
-	"main.fence_tokens and main.sqlite_schema"
-
-/* The lease row as read, with room for its holder. */
-typedef struct LeaseRow
+enum LeaseOp
 {
-	int			bHas;
-	FenceLease	lease;
-	char		zHolder[FENCE_HOLDER_MAX + 1];
-} LeaseRow;
-
-static int
-leaseUntrusted(FenceConn *conn, const char *zWhat, const char *z, int n)
-{
-	conn->savedRc = FENCE_RC_UNTRUSTED;
-	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-					 "fence: %s for resource \"%.*s\", so fence refuses to judge the "
-					 "lease: %s", zWhat, n, z, LEASE_HINT);
-	return FENCE_RC_UNTRUSTED;
-}
-
-/* Keep SQLite's message for rc before later calls replace it. */
-static int
-leaseSaveError(FenceConn *conn, int rc)
-{
-	conn->savedRc = rc;
-	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s",
-					 sqlite3_errmsg(conn->db));
-	return rc;
-}
-
-static void
-leaseFinalizeTable(FenceConn *conn)
-{
-	sqlite3_finalize(conn->pLeaseLock);
-	sqlite3_finalize(conn->pLeaseSelect);
-	sqlite3_finalize(conn->pLeaseWrite);
-	conn->pLeaseLock = conn->pLeaseSelect = conn->pLeaseWrite = NULL;
-}
-
-void
-fenceLeaseFinalize(FenceConn *conn)
-{
-	int			i;
-
-	leaseFinalizeTable(conn);
-	for (i = 0; i < 4; i++)
-	{
-		sqlite3_finalize(conn->pLeaseTxn[i]);
-		conn->pLeaseTxn[i] = NULL;
-	}
-}
-
-/*
- * The call's savepoint statements, prepared once and kept: ending the
- * savepoint must not depend on an allocation (out of memory there would
- * leave half a call behind), so nothing is begun before they exist.
- */
-enum
-{
-	TXN_BEGIN, TXN_RELEASE, TXN_UNDO, TXN_ROLLBACK
+	LEASE_ACQUIRE,
+	LEASE_RENEW,
+	LEASE_RELEASE
 };
 
-static int
-leasePrepareTxn(FenceConn *conn)
-{
-	static const char *const sql[4] = {
-		"SAVEPOINT fence_lease", "RELEASE fence_lease", "ROLLBACK TO fence_lease", "ROLLBACK"
-	};
-	int			i;
-	int			rc = SQLITE_OK;
+static const char *const kLeaseOpName[] = {"fence_acquire", "fence_renew", "fence_release"};
 
-	if (conn->pLeaseTxn[3])
-		return SQLITE_OK;
-	/* the eponymous fence_held must be connected to finalize these at close */
-	rc = fenceHeldConnect(conn);
-	for (i = 0; i < 4 && rc == SQLITE_OK; i++)
-		if (conn->pLeaseTxn[i] == NULL)
-			rc = sqlite3_prepare_v3(conn->db, sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-									&conn->pLeaseTxn[i], NULL);
-	return rc;
+/* One call: its arguments, and what it read and decided. */
+typedef struct LeaseCall
+{
+	enum LeaseOp op;
+	const char *z;				/* resource */
+	int			n;
+	const char *h;				/* holder */
+	int			nh;
+	sqlite3_int64 token;
+	sqlite3_int64 ttl;
+	int			bHas;			/* the lease row exists */
+	FenceLease	lease;
+	char		zHolder[FENCE_HOLDER_MAX + 1];
+	int64_t		granted;
+	int			result;
+	int			bExhausted;
+	char		zErr[256];		/* SQLite's message for the error that ended the call */
+} LeaseCall;
+
+/* Run one statement to its end, binding the resource as ?1 if it has one. */
+static int
+leaseExec(sqlite3 *db, const char *zSql, const LeaseCall *c)
+{
+	sqlite3_stmt *p = NULL;
+	int			rc = sqlite3_prepare_v2(db, zSql, -1, &p, NULL);
+
+	if (rc == SQLITE_OK && sqlite3_bind_parameter_count(p) > 0)
+		sqlite3_bind_text(p, 1, c->z, c->n, SQLITE_STATIC);
+	while (rc == SQLITE_OK && (rc = sqlite3_step(p)) == SQLITE_ROW)
+		rc = SQLITE_OK;
+	sqlite3_finalize(p);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* The lease row of c->z into c, and the resource's highest accepted token. */
 static int
-leaseTxnStep(FenceConn *conn, int which)
+leaseRead(sqlite3 *db, LeaseCall *c, int *pHas, sqlite3_int64 *pHighest)
 {
-	int			rc = sqlite3_step(conn->pLeaseTxn[which]);
+	sqlite3_stmt *p = NULL;
+	int			rc = sqlite3_prepare_v2(db, "SELECT holder, token, expires_at FROM "
+										"main.fence_leases WHERE resource = ?1", -1, &p, NULL);
 
+	c->bHas = 0;
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_text(p, 1, c->z, c->n, SQLITE_STATIC);
+		rc = sqlite3_step(p);
+		if (rc == SQLITE_ROW)
+		{
+			int			nh = sqlite3_column_bytes(p, 0);
+
+			c->bHas = 1;
+			if (nh > FENCE_HOLDER_MAX)
+				nh = FENCE_HOLDER_MAX;
+			if (nh > 0)
+				memcpy(c->zHolder, sqlite3_column_text(p, 0), (size_t) nh);
+			c->zHolder[nh] = '\0';
+			c->lease.holder = c->zHolder;
+			c->lease.holder_len = (size_t) nh;
+			c->lease.token = sqlite3_column_int64(p, 1);
+			c->lease.expires_at = sqlite3_column_int64(p, 2);
+			rc = SQLITE_DONE;
+		}
+	}
+	sqlite3_finalize(p);
 	if (rc != SQLITE_DONE)
-		leaseSaveError(conn, rc);
-	sqlite3_reset(conn->pLeaseTxn[which]);
+		return rc;
+	*pHas = 0;
+	if (c->op != LEASE_ACQUIRE)
+		return SQLITE_OK;
+	/* no fence_tokens yet: nothing was ever accepted */
+	if (sqlite3_prepare_v2(db, "SELECT token FROM main.fence_tokens WHERE resource = ?1", -1,
+						   &p, NULL) != SQLITE_OK)
+		return SQLITE_OK;
+	sqlite3_bind_text(p, 1, c->z, c->n, SQLITE_STATIC);
+	rc = sqlite3_step(p);
+	if (rc == SQLITE_ROW)
+	{
+		*pHas = 1;
+		*pHighest = sqlite3_column_int64(p, 0);
+		rc = SQLITE_DONE;
+	}
+	sqlite3_finalize(p);
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 static int
-leaseReprepared(FenceConn *conn)
+leaseWrite(sqlite3 *db, const LeaseCall *c, sqlite3_int64 token, sqlite3_int64 expiresAt)
 {
-	sqlite3_stmt *a[3] = {conn->pLeaseLock, conn->pLeaseSelect, conn->pLeaseWrite};
-	int			sum = 0;
-	int			i;
+	sqlite3_stmt *p = NULL;
+	int			rc = sqlite3_prepare_v2(db,
+										"INSERT INTO main.fence_leases(resource, holder, token, "
+										"expires_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT(resource) "
+										"DO UPDATE SET holder = excluded.holder, token = "
+										"excluded.token, expires_at = excluded.expires_at",
+										-1, &p, NULL);
 
-	for (i = 0; i < 3; i++)
-		if (a[i])
-			sum += sqlite3_stmt_status(a[i], SQLITE_STMTSTATUS_REPREPARE, 0);
-	return sum;
-}
-
-/*
- * main.fence_leases has fence's shape: checked when the statements are
- * prepared and again whenever SQLite re-prepared one of them (the schema
- * changed: the table may have been dropped and made again by hand).
- */
-static int
-leaseTableTrusted(FenceConn *conn)
-{
-	char	   *zErr = NULL;
-	int			n = leaseReprepared(conn);
-	int			rc;
-
-	if (n == conn->nLeaseReprepared)
-		return SQLITE_OK;
-	rc = fenceOwnTableShape(conn->db, "fence_leases", &zErr);
-	if (rc != SQLITE_OK && zErr != NULL)
-	{
-		conn->savedRc = rc;
-		sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s", zErr);
-	}
-	sqlite3_free(zErr);
 	if (rc == SQLITE_OK)
-		conn->nLeaseReprepared = n;
-	return rc;
-}
-
-static int
-leasePrepare(FenceConn *conn)
-{
-	int			rc = SQLITE_OK;
-
-	if (conn->pLeaseLock && conn->pLeaseSelect && conn->pLeaseWrite)
-		return SQLITE_OK;
-	leaseFinalizeTable(conn);
-	rc = sqlite3_prepare_v3(conn->db, lockLeasesSql, -1, SQLITE_PREPARE_PERSISTENT,
-								&conn->pLeaseLock, NULL);
-	if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_NOMEM)
 	{
-		/*
-		 * No such table (in the schema this connection has cached, at
-		 * least): make it. CREATE takes the write lock itself, waiting for
-		 * it like any first write; IF NOT EXISTS, because another
-		 * connection may have made it since.
-		 */
-		rc = sqlite3_exec(conn->db, createLeasesSql, NULL, NULL, NULL);
-		if (rc != SQLITE_OK)
-			return leaseSaveError(conn, rc);
-		rc = sqlite3_prepare_v3(conn->db, lockLeasesSql, -1, SQLITE_PREPARE_PERSISTENT,
-								&conn->pLeaseLock, NULL);
+		sqlite3_bind_text(p, 1, c->z, c->n, SQLITE_STATIC);
+		sqlite3_bind_text(p, 2, c->h, c->nh, SQLITE_STATIC);
+		sqlite3_bind_int64(p, 3, token);
+		sqlite3_bind_int64(p, 4, expiresAt);
+		rc = sqlite3_step(p);
 	}
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v3(conn->db, selectLeaseSql, -1, SQLITE_PREPARE_PERSISTENT,
-								&conn->pLeaseSelect, NULL);
-	if (rc == SQLITE_OK)
-		rc = sqlite3_prepare_v3(conn->db, writeLeaseSql, -1, SQLITE_PREPARE_PERSISTENT,
-								&conn->pLeaseWrite, NULL);
-	if (rc != SQLITE_OK)
-	{
-		leaseSaveError(conn, rc);
-		leaseFinalizeTable(conn);
-		return rc;
-	}
-
-	/*
-	 * The shape is checked once the lock is held (leaseLock): reading
-	 * sqlite_schema now would open a read transaction, and SQLite lets no
-	 * busy handler wait for the upgrade of one.
-	 */
-	conn->nLeaseReprepared = -1;
-	return SQLITE_OK;
-}
-
-/*
- * Take main's write lock, making fence_leases first when there is none.
- * The lock statement is the first of the call's transaction (or savepoint),
- * so SQLite's busy handler waits for the lock.
- */
-static int
-leaseLock(FenceConn *conn)
-{
-	int			attempt;
-	int			rc = SQLITE_OK;
-
-	for (attempt = 0; attempt < 2; attempt++)
-	{
-		rc = leasePrepare(conn);
-		if (rc != SQLITE_OK)
-			return rc;
-		if (sqlite3_stmt_busy(conn->pLeaseLock))
-			return FENCE_RC_REENTERED;
-		rc = sqlite3_step(conn->pLeaseLock);
-		if (rc != SQLITE_DONE)
-			leaseSaveError(conn, rc);
-		sqlite3_reset(conn->pLeaseLock);
-		if (rc == SQLITE_DONE)
-			break;
-
-		/*
-		 * The table went away under the cached statements (a transaction
-		 * that created it rolled back, or it was dropped): forget them and
-		 * make it again, once.
-		 */
-		if (rc != SQLITE_ERROR && rc != SQLITE_SCHEMA)
-			return rc;
-		leaseFinalizeTable(conn);
-	}
-	if (rc != SQLITE_DONE)
-		return rc;
-	if (sqlite3_txn_state(conn->db, "main") != SQLITE_TXN_WRITE)
-	{
-		conn->savedRc = FENCE_RC_UNTRUSTED;
-		sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-						 "fence: could not take the write lock of the main database "
-						 "before reading main.fence_leases, so fence refuses to grant "
-						 "or change a lease: %s", LEASE_HINT);
-		return FENCE_RC_UNTRUSTED;
-	}
-	return leaseTableTrusted(conn);
-}
-
-/* Read the lease row of resource z, proving what is read. */
-static int
-leaseRead(FenceConn *conn, const char *z, int n, LeaseRow *row)
-{
-	sqlite3_stmt *p = conn->pLeaseSelect;
-	int			rc;
-	int			rcRow = SQLITE_OK;
-
-	memset(row, 0, sizeof(*row));
-	if (sqlite3_stmt_busy(p))
-		return FENCE_RC_REENTERED;
-	sqlite3_bind_text(p, 1, z, n, SQLITE_STATIC);
-	while ((rc = sqlite3_step(p)) == SQLITE_ROW && rcRow == SQLITE_OK)
-	{
-		if (sqlite3_column_int(p, 0) == 0)
-		{
-			if (sqlite3_column_type(p, 1) != SQLITE_TEXT)
-				rcRow = leaseUntrusted(conn, "main.fence_leases read back a NULL resource",
-									   z, n);
-			continue;
-		}
-		if (sqlite3_column_type(p, 1) != SQLITE_TEXT || sqlite3_column_bytes(p, 1) != n ||
-			memcmp(sqlite3_column_text(p, 1), z, (size_t) n) != 0)
-			rcRow = leaseUntrusted(conn, "main.fence_leases returned another row than asked",
-								   z, n);
-		else if (sqlite3_column_type(p, 2) != SQLITE_TEXT ||
-				 fence_check_holder((const char *) sqlite3_column_text(p, 2),
-									(size_t) sqlite3_column_bytes(p, 2)) != FENCE_VALID)
-			rcRow = leaseUntrusted(conn, "main.fence_leases read back a holder that is not "
-								   "valid", z, n);
-		else if (sqlite3_column_type(p, 3) != SQLITE_INTEGER || sqlite3_column_int64(p, 3) < 1)
-			rcRow = leaseUntrusted(conn, "main.fence_leases read back a token that is not a "
-								   "positive integer", z, n);
-		else if (sqlite3_column_type(p, 4) != SQLITE_INTEGER)
-			rcRow = leaseUntrusted(conn, "main.fence_leases read back an expires_at that is "
-								   "not an integer", z, n);
-		else
-		{
-			row->bHas = 1;
-			row->lease.holder_len = (size_t) sqlite3_column_bytes(p, 2);
-			memcpy(row->zHolder, sqlite3_column_text(p, 2), row->lease.holder_len);
-			row->zHolder[row->lease.holder_len] = '\0';
-			row->lease.holder = row->zHolder;
-			row->lease.token = sqlite3_column_int64(p, 3);
-			row->lease.expires_at = sqlite3_column_int64(p, 4);
-		}
-	}
-	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		leaseSaveError(conn, rc);
-	sqlite3_reset(p);
-	sqlite3_clear_bindings(p);
-	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-		return rc;
-	return rcRow;
-}
-
-/* Write the row and read it back: it must hold exactly what was written. */
-static int
-leaseWrite(FenceConn *conn, const char *z, int n, const char *h, int nh,
-		   sqlite3_int64 token, sqlite3_int64 expiresAt)
-{
-	sqlite3_stmt *p = conn->pLeaseWrite;
-	LeaseRow	back;
-	int			rc;
-
-	if (sqlite3_stmt_busy(p))
-		return FENCE_RC_REENTERED;
-	sqlite3_bind_text(p, 1, z, n, SQLITE_STATIC);
-	sqlite3_bind_text(p, 2, h, nh, SQLITE_STATIC);
-	sqlite3_bind_int64(p, 3, token);
-	sqlite3_bind_int64(p, 4, expiresAt);
-	rc = sqlite3_step(p);
-	if (rc != SQLITE_DONE)
-		leaseSaveError(conn, rc);
-	sqlite3_reset(p);
-	sqlite3_clear_bindings(p);
-	if (rc != SQLITE_DONE)
-		return rc;
-	rc = leaseRead(conn, z, n, &back);
-	if (rc != SQLITE_OK)
-		return rc;
-	if (!back.bHas || back.lease.token != token || back.lease.expires_at != expiresAt ||
-		back.lease.holder_len != (size_t) nh || memcmp(back.zHolder, h, (size_t) nh) != 0)
-		return leaseUntrusted(conn, "the write of main.fence_leases did not take effect as "
-							  "written", z, n);
-	return SQLITE_OK;
+	sqlite3_finalize(p);
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 /* The default VFS's clock, in ms since the Unix epoch. */
 static int
-leaseNow(FenceConn *conn, sqlite3_int64 *pNow)
+leaseNow(sqlite3_int64 *pNow)
 {
 	sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
 	sqlite3_int64 jd = 0;
@@ -416,68 +191,178 @@ leaseNow(FenceConn *conn, sqlite3_int64 *pNow)
 		rc = vfs->xCurrentTime(vfs, &d);
 		jd = (sqlite3_int64) (d * 86400000.0);
 	}
+	*pNow = jd - JULIAN_UNIX_MS;
+	return rc;
+}
+
+/*
+ * Lock, read, decide and write on db, in the savepoint fence_lease (which
+ * is the call's own transaction when db is in autocommit mode): all of it
+ * or, on an error, none.
+ */
+static int
+leaseRun(sqlite3 *db, LeaseCall *c)
+{
+	sqlite3_int64 now = 0;
+	sqlite3_int64 highest = 0;
+	int			bHasHighest = 0;
+	int			bOwnTxn = sqlite3_get_autocommit(db);
+	sqlite3_stmt *apEnd[3] = {NULL, NULL, NULL};	/* ROLLBACK TO, RELEASE, ROLLBACK */
+	static const char *const azEnd[3] = {
+		"ROLLBACK TO fence_lease", "RELEASE fence_lease", "ROLLBACK"
+	};
+	int			rc = SQLITE_OK;
+	int			i;
+
+	/* ending the savepoint must not depend on an allocation: prepared first */
+	for (i = 0; i < 3 && rc == SQLITE_OK; i++)
+		rc = sqlite3_prepare_v2(db, azEnd[i], -1, &apEnd[i], NULL);
+	if (rc == SQLITE_OK)
+		rc = leaseExec(db, "SAVEPOINT fence_lease", c);
 	if (rc != SQLITE_OK)
 	{
-		conn->savedRc = FENCE_RC_UNTRUSTED;
-		sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-						 "fence: the default VFS could not read the clock, so no lease "
-						 "can be judged");
-		return FENCE_RC_UNTRUSTED;
+		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "%s", sqlite3_errmsg(db));
+		for (i = 0; i < 3; i++)
+			sqlite3_finalize(apEnd[i]);
+		return rc;
 	}
-	*pNow = jd - JULIAN_UNIX_MS;
-	return SQLITE_OK;
+	/* the write lock first, so that the busy handler can wait for it */
+	rc = leaseExec(db, "DELETE FROM main.fence_leases WHERE 0", c);
+	if (rc == SQLITE_ERROR)
+	{
+		/* no table yet (IF NOT EXISTS: another connection may have made it since) */
+		rc = leaseExec(db, "CREATE TABLE IF NOT EXISTS main.fence_leases"
+					   FENCE_LEASES_COLUMNS, c);
+		if (rc == SQLITE_OK)
+			rc = leaseExec(db, "DELETE FROM main.fence_leases WHERE 0", c);
+	}
+	if (rc == SQLITE_OK)
+	{
+		/* an application's own table of that name is never used */
+		char	   *zErr = NULL;
+
+		rc = fenceOwnTableShape(db, "fence_leases", &zErr);
+		if (zErr != NULL)
+		{
+			sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "%s", zErr);
+			sqlite3_free(zErr);
+			rc = SQLITE_ERROR;
+		}
+	}
+	if (rc == SQLITE_OK)
+		rc = leaseNow(&now);
+	if (rc == SQLITE_OK)
+		rc = leaseRead(db, c, &bHasHighest, &highest);
+	if (rc == SQLITE_OK && c->op == LEASE_ACQUIRE)
+	{
+		switch (fence_lease_grant(c->bHas ? &c->lease : NULL, bHasHighest, highest, c->h,
+								  (size_t) c->nh, now, &c->granted))
+		{
+			case FENCE_GRANT_NEW:
+			case FENCE_GRANT_EXTEND:
+				rc = leaseWrite(db, c, c->granted, now + c->ttl);
+				c->result = 1;
+				break;
+			case FENCE_GRANT_BUSY:
+				break;
+			case FENCE_GRANT_EXHAUSTED:
+				c->bExhausted = 1;
+				break;
+		}
+	}
+	else if (rc == SQLITE_OK &&
+			 fence_lease_owned(c->bHas ? &c->lease : NULL, c->h, (size_t) c->nh, c->token, now))
+	{
+		/* a release ends the lease now: live no longer, since now < now is false */
+		rc = leaseWrite(db, c, c->token, c->op == LEASE_RENEW ? now + c->ttl : now);
+		c->result = 1;
+	}
+	if (rc != SQLITE_OK)
+	{
+		/* keep the message: the statements below replace it */
+		if (c->zErr[0] == '\0')
+			sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "%s", sqlite3_errmsg(db));
+		sqlite3_step(apEnd[0]);
+		sqlite3_step(apEnd[1]);
+	}
+	else if ((rc = sqlite3_step(apEnd[1])) != SQLITE_DONE)
+		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "%s", sqlite3_errmsg(db));
+	else
+		rc = SQLITE_OK;
+	/* a commit that failed (readers in rollback-journal mode), or a savepoint
+	 * left open: none of it, and no transaction the caller never opened */
+	if (bOwnTxn && !sqlite3_get_autocommit(db))
+		sqlite3_step(apEnd[2]);
+	for (i = 0; i < 3; i++)
+		sqlite3_finalize(apEnd[i]);
+	return rc;
+}
+
+/*
+ * The second connection fence_acquire grants through inside an open
+ * transaction that has not touched any database yet: main's file, opened
+ * with main's VFS and busy timeout, kept until the connection closes.
+ * NULL with c->zErr set when main is no file or it cannot be opened.
+ */
+static sqlite3 *
+leaseSideDb(FenceConn *conn, LeaseCall *c)
+{
+	const char *zFile = sqlite3_db_filename(conn->db, "main");
+	sqlite3_vfs *pVfs = NULL;
+	sqlite3_stmt *p = NULL;
+	int			ms = 0;
+	int			rc;
+
+	if (conn->pLeaseDb != NULL)
+		return conn->pLeaseDb;
+	if (zFile == NULL || zFile[0] == '\0')
+	{
+		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr,
+						 "fence_acquire refused inside a transaction on a database in memory: "
+						 "call it outside one");
+		return NULL;
+	}
+	sqlite3_file_control(conn->db, "main", SQLITE_FCNTL_VFS_POINTER, &pVfs);
+	rc = sqlite3_open_v2(zFile, &conn->pLeaseDb, SQLITE_OPEN_READWRITE,
+						 pVfs ? pVfs->zName : NULL);
+	if (rc == SQLITE_OK && sqlite3_prepare_v2(conn->db, "PRAGMA busy_timeout", -1, &p,
+											  NULL) == SQLITE_OK &&
+		sqlite3_step(p) == SQLITE_ROW)
+		ms = sqlite3_column_int(p, 0);
+	sqlite3_finalize(p);
+	if (rc == SQLITE_OK)
+		sqlite3_busy_timeout(conn->pLeaseDb, ms);
+	else
+	{
+		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "fence_acquire: %s",
+						 conn->pLeaseDb ? sqlite3_errmsg(conn->pLeaseDb) : "out of memory");
+		sqlite3_close(conn->pLeaseDb);
+		conn->pLeaseDb = NULL;
+	}
+	return conn->pLeaseDb;
+}
+
+void
+fenceLeaseFinalize(FenceConn *conn)
+{
+	sqlite3_close(conn->pLeaseDb);
+	conn->pLeaseDb = NULL;
 }
 
 /*
  * May the call open a savepoint? Not while a writing statement runs (SQLite
- * refuses one then: "SQL statements in progress"), and then the call is
- * refused.
+ * refuses one then: "SQL statements in progress").
  */
 static int
-leaseCanSavepoint(FenceConn *conn)
+leaseCanSavepoint(sqlite3 *db)
 {
 	sqlite3_stmt *p;
 
-	for (p = sqlite3_next_stmt(conn->db, NULL); p; p = sqlite3_next_stmt(conn->db, p))
+	for (p = sqlite3_next_stmt(db, NULL); p; p = sqlite3_next_stmt(db, p))
 		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
 			return 0;
 	return 1;
 }
-
-/*
- * End the call's savepoint: released when rc is SQLITE_OK (which commits
- * it when it was the call's own transaction), else rolled back first. A
- * release that cannot commit (SQLITE_BUSY waiting for readers in rollback
- * journal mode) leaves a transaction the caller never opened: roll it back
- * whole, so the call changes nothing.
- */
-static int
-leaseEnd(FenceConn *conn, int bOwnTxn, int rc)
-{
-	int			rc2;
-
-	rc2 = rc == SQLITE_OK ? SQLITE_OK : leaseTxnStep(conn, TXN_UNDO);
-	if (rc2 == SQLITE_OK)
-		rc2 = leaseTxnStep(conn, TXN_RELEASE);
-	if (rc2 != SQLITE_OK)
-	{
-		if (rc == SQLITE_OK)
-			rc = rc2;
-		/* a transaction the caller never opened is not left behind */
-		if (bOwnTxn && !sqlite3_get_autocommit(conn->db))
-			leaseTxnStep(conn, TXN_ROLLBACK);
-	}
-	return rc;
-}
-
-enum LeaseOp
-{
-	LEASE_ACQUIRE,
-	LEASE_RENEW,
-	LEASE_RELEASE
-};
-
-static const char *const kLeaseOpName[] = {"fence_acquire", "fence_renew", "fence_release"};
 
 /* A holder argument: TEXT, non-empty, at most FENCE_HOLDER_MAX bytes. */
 static int
@@ -508,7 +393,7 @@ argHolder(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
 	return 0;
 }
 
-/* A ttl argument: the INTEGER storage class, never coerced, 1..2^31-1. */
+/* A ttl argument: an integer (fenceValueInt64), 1..2^31-1. */
 static int
 argTtl(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pTtl)
 {
@@ -517,10 +402,10 @@ argTtl(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pTtl)
 
 	if (sqlite3_value_type(v) == SQLITE_NULL)
 		problem = FENCE_NULL;
-	else if (sqlite3_value_type(v) != SQLITE_INTEGER)
+	else if (!fenceValueInt64(v, pTtl))
 		problem = FENCE_NOT_INTEGER;
 	else
-		problem = fence_check_ttl(*pTtl = sqlite3_value_int64(v));
+		problem = fence_check_ttl(*pTtl);
 	if (problem == FENCE_VALID)
 		return 1;
 	fenceResultError(ctx, fence_msg_invalid_ttl(buf, problem, *pTtl), FENCE_RC_INVALID);
@@ -531,120 +416,61 @@ static void
 leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
-	const char *z = NULL;
-	const char *h = NULL;
-	int			n = 0;
-	int			nh = 0;
-	sqlite3_int64 token = 0;
-	sqlite3_int64 ttl = 0;
-	sqlite3_int64 now = 0;
-	int64_t		granted = 0;
-	int			bOwnTxn;
-	int			bExhausted = 0;
-	int			result = 0;
-	LeaseRow	row;
+	sqlite3    *db = conn->db;
+	LeaseCall	c;
 	int			rc;
 
+	memset(&c, 0, sizeof(c));
+	c.op = op;
 	/* every argument is checked before anything is read or written */
-	if (!fenceArgResource(ctx, argv[0], &z, &n) || !argHolder(ctx, argv[1], &h, &nh))
+	if (!fenceArgResource(ctx, argv[0], &c.z, &c.n) || !argHolder(ctx, argv[1], &c.h, &c.nh))
 		return;
-	if (op != LEASE_ACQUIRE && !fenceArgToken(ctx, argv[2], &token))
+	if (op != LEASE_ACQUIRE && !fenceArgToken(ctx, argv[2], &c.token))
 		return;
-	if (op != LEASE_RELEASE && !argTtl(ctx, argv[op == LEASE_ACQUIRE ? 2 : 3], &ttl))
+	if (op != LEASE_RELEASE && !argTtl(ctx, argv[op == LEASE_ACQUIRE ? 2 : 3], &c.ttl))
 		return;
 
-	bOwnTxn = sqlite3_get_autocommit(conn->db);
-
-	if (!leaseCanSavepoint(conn))
+	if (!leaseCanSavepoint(db))
 	{
-		char	   *zMsg = sqlite3_mprintf(
-			"fence: %s() cannot run inside a statement that writes (such as INSERT ... "
-			"SELECT %s(...)): SQLite gives it no savepoint there to undo a call that fails "
-			"half way; call it in a SELECT of its own and use its result in the next "
-			"statement", kLeaseOpName[op], kLeaseOpName[op]);
-
-		if (zMsg == NULL)
-			sqlite3_result_error_nomem(ctx);
-		else
-			fenceResultError(ctx, zMsg, SQLITE_ERROR);
-		sqlite3_free(zMsg);
+		sqlite3_snprintf((int) sizeof(c.zErr), c.zErr,
+						 "%s refused inside a writing statement: call it in a SELECT of its own",
+						 kLeaseOpName[op]);
+		fenceResultError(ctx, c.zErr, SQLITE_ERROR);
 		return;
 	}
-	/*
-	 * A grant must not be rolled back once its caller has seen the token:
-	 * the next grant would hand the same token to another holder, and the
-	 * fence accepts equal tokens. So fence_acquire commits its own grant,
-	 * and refuses to run inside a transaction whose ROLLBACK would take it
-	 * back. Renewals and releases only change how long a lease lives; a
-	 * rolled-back one costs liveness, never safety, and may run anywhere.
-	 */
-	if (op == LEASE_ACQUIRE && !bOwnTxn)
+	/* a grant inside an open transaction commits on its own, or not at all */
+	if (op == LEASE_ACQUIRE && !sqlite3_get_autocommit(db))
 	{
-		fenceResultError(ctx,
-						 "fence: fence_acquire() cannot run inside an open transaction: a "
-						 "ROLLBACK would take back a grant whose token the caller has seen, "
-						 "and the same token could then be granted to another holder; call it "
-						 "in autocommit mode (Python: isolation_level=None, or commit first)",
-						 SQLITE_ERROR);
-		return;
-	}
-	rc = leasePrepareTxn(conn);
-	if (rc == SQLITE_OK)
-		rc = leaseTxnStep(conn, TXN_BEGIN);
-	if (rc != SQLITE_OK)
-	{
-		fenceResultDbError(ctx, conn, rc);
-		return;
-	}
-	rc = leaseLock(conn);
-	if (rc == SQLITE_OK)
-		rc = leaseNow(conn, &now);
-	if (rc == SQLITE_OK)
-		rc = leaseRead(conn, z, n, &row);
-	if (rc == SQLITE_OK && op == LEASE_ACQUIRE)
-	{
-		int			has = 0;
-		sqlite3_int64 highest = 0;
-
-		rc = fenceReadHighest(conn, z, n, &has, &highest);
-		if (rc == SQLITE_OK)
+		if (sqlite3_txn_state(db, NULL) != SQLITE_TXN_NONE)
 		{
-			switch (fence_lease_grant(row.bHas ? &row.lease : NULL, has, highest, h,
-									  (size_t) nh, now, &granted))
-			{
-				case FENCE_GRANT_NEW:
-				case FENCE_GRANT_EXTEND:
-					rc = leaseWrite(conn, z, n, h, nh, granted, now + ttl);
-					result = 1;
-					break;
-				case FENCE_GRANT_BUSY:
-					break;
-				case FENCE_GRANT_EXHAUSTED:
-					bExhausted = 1;
-					break;
-			}
+			fenceResultError(ctx, "fence_acquire refused in a transaction that has read or "
+							 "written: a ROLLBACK must not take back a grant; call it first "
+							 "in the transaction, or outside one", SQLITE_ERROR);
+			return;
+		}
+		db = leaseSideDb(conn, &c);
+		if (db == NULL)
+		{
+			fenceResultError(ctx, c.zErr, SQLITE_ERROR);
+			return;
 		}
 	}
-	else if (rc == SQLITE_OK &&
-			 fence_lease_owned(row.bHas ? &row.lease : NULL, h, (size_t) nh, token, now))
-	{
-		/* a release ends the lease now: live no longer, since now < now is false */
-		rc = leaseWrite(conn, z, n, h, nh, token, op == LEASE_RENEW ? now + ttl : now);
-		result = 1;
-	}
-	rc = leaseEnd(conn, bOwnTxn, rc);
+	rc = leaseRun(db, &c);
 	if (rc != SQLITE_OK)
-		fenceResultDbError(ctx, conn, rc);
-	else if (bExhausted)
+	{
+		sqlite3_result_error(ctx, c.zErr[0] ? c.zErr : sqlite3_errstr(rc), -1);
+		sqlite3_result_error_code(ctx, fenceErrorCode(rc));
+	}
+	else if (c.bExhausted)
 	{
 		char		buf[FENCE_MSG_MAX];
 
-		fenceResultError(ctx, fence_msg_exhausted(buf, z, (size_t) n), FENCE_RC_INVALID);
+		fenceResultError(ctx, fence_msg_exhausted(buf, c.z, (size_t) c.n), FENCE_RC_INVALID);
 	}
 	else if (op != LEASE_ACQUIRE)
-		sqlite3_result_int(ctx, result);
-	else if (result)
-		sqlite3_result_int64(ctx, granted);
+		sqlite3_result_int(ctx, c.result);
+	else if (c.result)
+		sqlite3_result_int64(ctx, c.granted);
 	else
 		sqlite3_result_null(ctx);
 }

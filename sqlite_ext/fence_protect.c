@@ -65,8 +65,6 @@ typedef struct ProtectSpec
 	char	   *zUniques;		/* the UNIQUE indexes, as fence_guards keeps them */
 	char	   *zConflictIns;	/* keyed: WHERE terms of rows an INSERT replaces */
 	char	   *zNotOld;		/* keyed: "this row is not OLD" */
-	char	   *zWitness;		/* keyed: the columns the look-ups read, as NEW."c",
-								 * joined by char 1 (fence_witness, fence_held.c) */
 } ProtectSpec;
 
 static const char createGuardsSql[] =
@@ -162,100 +160,55 @@ isRealColumn(sqlite3 *db, const char *zTable, const char *zColumn)
 	return bFound;
 }
 
+/* Is zColumn a generated column of zTable (table_xinfo's hidden 2 or 3)? */
+static int
+isGeneratedColumn(sqlite3 *db, const char *zTable, const char *zColumn)
+{
+	sqlite3_stmt *stmt = NULL;
+	int			bFound = 0;
+
+	if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_xinfo(?1, 'main') "
+						   "WHERE name = ?2 COLLATE NOCASE AND hidden IN (2, 3)", -1, &stmt,
+						   NULL) == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		sqlite3_bind_text(stmt, 2, zColumn, -1, SQLITE_STATIC);
+		bFound = sqlite3_step(stmt) == SQLITE_ROW;
+	}
+	sqlite3_finalize(stmt);
+	return bFound;
+}
+
 /*
  * Is zColumn zTable's INTEGER PRIMARY KEY, the alias of the rowid? It is
  * when it is the sole primary key column, declared INTEGER, and the table
  * has no separate primary key index (a WITHOUT ROWID table, or the
- * "INTEGER PRIMARY KEY DESC" quirk, has one). A wrong "no" would have the
- * guard check, before the insert, a key SQLite has not assigned yet, so
- * every read proves itself against an authorizer answering SQLITE_IGNORE
- * (a NULL read, a skipped SELECT): the columns listed must be as many as
- * "SELECT *" has, none may read NULL, and the key column's declared type
- * and primary key flag must be what sqlite3_table_column_metadata(), which
- * no authorizer sees, says. 1, 0, or -1 when it cannot tell.
+ * "INTEGER PRIMARY KEY DESC" quirk, has one). 1, 0, or -1 when it cannot
+ * tell.
  */
 static int
 isRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn)
 {
 	sqlite3_stmt *stmt = NULL;
-	char	   *zSql = sqlite3_mprintf("SELECT * FROM main.\"%w\"", zTable);
 	const char *zDeclType = NULL;
-	int			bMetaPk = 0;
-	int			bMetaInteger;
-	int			nCol = 0;
-	int			nRow = 0;
-	int			nPk = 0;
-	int			bKeyPk = 0;
-	int			bKeyInteger = 0;
-	int			bPkIndex = 0;
-	int			rc;
+	int			bPk = 0;
+	int			r = -1;
 
-	if (zSql == NULL)
+	if (sqlite3_table_column_metadata(db, "main", zTable, zColumn, &zDeclType, NULL, NULL,
+									  &bPk, NULL) != SQLITE_OK)
 		return -1;
-	if (sqlite3_prepare_v2(db, zSql, -1, &stmt, NULL) == SQLITE_OK)
-		nCol = sqlite3_column_count(stmt);
-	sqlite3_finalize(stmt);
-	sqlite3_free(zSql);
-	if (nCol == 0 ||
-		sqlite3_table_column_metadata(db, "main", zTable, zColumn, &zDeclType, NULL, NULL,
-									  &bMetaPk, NULL) != SQLITE_OK)
-		return -1;
-	bMetaInteger = zDeclType != NULL && sqlite3_stricmp(zDeclType, "INTEGER") == 0;
-
-	/* table_xinfo without a virtual table's hidden columns: what SELECT * lists */
-	rc = sqlite3_prepare_v2(db, "SELECT name, type, pk FROM pragma_table_xinfo(?1, 'main') "
-							"WHERE hidden IS NOT 1", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-	{
-		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-		const char *zType = (const char *) sqlite3_column_text(stmt, 1);
-
-		rc = SQLITE_OK;
-		if (zName == NULL || zType == NULL || sqlite3_column_type(stmt, 2) != SQLITE_INTEGER)
-		{
-			rc = SQLITE_AUTH;
-			break;
-		}
-		nRow++;
-		if (sqlite3_column_int(stmt, 2) > 0)
-		{
-			nPk++;
-			if (sqlite3_stricmp(zName, zColumn) == 0)
-			{
-				bKeyPk = 1;
-				bKeyInteger = sqlite3_stricmp(zType, "INTEGER") == 0;
-			}
-		}
-	}
-	sqlite3_finalize(stmt);
-	if (rc != SQLITE_DONE || nRow != nCol || bKeyPk != (bMetaPk != 0) ||
-		(bKeyPk && bKeyInteger != bMetaInteger))
-		return -1;
-	if (!(nPk == 1 && bKeyPk && bKeyInteger))
+	if (!bPk || zDeclType == NULL || sqlite3_stricmp(zDeclType, "INTEGER") != 0)
 		return 0;
-
-	rc = sqlite3_prepare_v2(db, "SELECT origin FROM pragma_index_list(?1, 'main')", -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
+	if (sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM pragma_table_info(?1, 'main') "
+						   "WHERE pk > 0), (SELECT count(*) FROM pragma_index_list(?1, 'main') "
+						   "WHERE origin = 'pk')", -1, &stmt, NULL) == SQLITE_OK)
 	{
-		const char *zOrigin = (const char *) sqlite3_column_text(stmt, 0);
-
-		rc = SQLITE_OK;
-		if (zOrigin == NULL)
-		{
-			rc = SQLITE_AUTH;
-			break;
-		}
-		if (strcmp(zOrigin, "pk") == 0)
-			bPkIndex = 1;
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		if (sqlite3_step(stmt) == SQLITE_ROW)
+			r = sqlite3_column_int(stmt, 0) == 1 && sqlite3_column_int(stmt, 1) == 0;
 	}
 	sqlite3_finalize(stmt);
-	if (rc != SQLITE_DONE)
-		return -1;
-	return !bPkIndex;
+	return r;
 }
 
 static int
@@ -375,6 +328,16 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 			resultError(ctx, rc, sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
 			return 0;
 		}
+		/* a BEFORE trigger sees no generated value: NEW.tok would read NULL */
+		if (isGeneratedColumn(db, spec->zTable, spec->zTokenColumn))
+		{
+			resultError(ctx, SQLITE_ERROR,
+						sqlite3_mprintf("fence_protect: token column \"%s\".\"%s\" is "
+										"generated; a token must be written by the statement; "
+										"the table is left unguarded", spec->zTable,
+										spec->zTokenColumn));
+			return 0;
+		}
 		if (strcmp(declaredAffinity(zType), "TEXT") == 0 ||
 			strcmp(declaredAffinity(zType), "REAL") == 0)
 		{
@@ -436,80 +399,6 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 }
 
 /*
- * Append NEW."zCol" (NEW.rowid when zCol is NULL) to the witness list: a
- * column the guard's REPLACE look-ups read, whose read fence_witness proves
- * was not blinded by an authorizer (fence_held.c).
- */
-static int
-witnessAdd(char **pzList, const char *zCol)
-{
-	char	   *z;
-
-	if (zCol)
-		z = sqlite3_mprintf("%s%sNEW.\"%w\"", *pzList ? *pzList : "", *pzList ? "\001" : "", zCol);
-	else
-		z = sqlite3_mprintf("%s%sNEW.rowid", *pzList ? *pzList : "", *pzList ? "\001" : "");
-	sqlite3_free(*pzList);
-	*pzList = z;
-	return z ? SQLITE_OK : SQLITE_NOMEM;
-}
-
-/*
- * " AND (SELECT count(*) FROM fence_witness(N, NEW.c1, ...)) IS 1" for the
- * witness list, FENCE_WITNESS_MAX_ARGS columns a call: the statement that
- * fires the trigger cannot be prepared when an authorizer blinded one of
- * them, and an authorizer that skips the SELECT makes it NULL.
- */
-static char *
-witnessChecks(const ProtectSpec *spec)
-{
-	char	   *zSql = sqlite3_mprintf("%s", "");
-	const char *z = spec->zWitness;
-
-	while (zSql && z && *z)
-	{
-		char	   *zArgs = sqlite3_mprintf("%s", "");
-		int			n = 0;
-		char	   *zNext;
-
-		while (zArgs && *z && n < FENCE_WITNESS_MAX_ARGS)
-		{
-			const char *zEnd = strchr(z, '\001');
-			int			nCol = zEnd ? (int) (zEnd - z) : (int) strlen(z);
-
-			zNext = sqlite3_mprintf("%s, %.*s", zArgs, nCol, z);
-			sqlite3_free(zArgs);
-			zArgs = zNext;
-			n++;
-			z = zEnd ? zEnd + 1 : z + nCol;
-		}
-		zNext = zArgs ? sqlite3_mprintf("%s AND (SELECT count(*) FROM fence_witness(%d%s)) IS 1",
-										zSql, n, zArgs) : NULL;
-		sqlite3_free(zArgs);
-		sqlite3_free(zSql);
-		zSql = zNext;
-	}
-	return zSql;
-}
-
-/*
- * A look-up's term for one more column of a UNIQUE index, AND-joined to
- * zPrev (the columns before, or NULL), which it frees: what the guard
- * writes and what admission looks for (fence_guard.c, checkLookupsCover).
- * NULL when out of memory.
- */
-char *
-fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl)
-{
-	char	   *z = sqlite3_mprintf("%s%sc.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
-									zPrev ? zPrev : "", zPrev ? " AND " : "", zCol, zCol,
-									zColl ? zColl : "BINARY");
-
-	sqlite3_free(zPrev);
-	return z;
-}
-
-/*
  * For a keyed guard: the WHERE terms (on alias c) that find the rows an
  * INSERT of NEW would replace through each UNIQUE index and the rowid, one
  * term per index joined by char 1, each followed by char 2 and the test
@@ -525,7 +414,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	sqlite3_stmt *stmt = NULL;
 	char	   *zTerms = sqlite3_mprintf("%s", "");
 	char	   *zNotOld = NULL;
-	char	   *zWitness = NULL;
 	int			bReported = 0;	/* the error is set already (not SQLite's) */
 	FenceUniqueIndexes ix;
 	int			rc;
@@ -590,7 +478,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 			sqlite3_free(zChg);
 			zChg = y;
 			zTerm = fenceLookupTerm(zTerm, zCol, x->aCol[j].zColl);
-			if (witnessAdd(&zWitness, zCol) != SQLITE_OK || zTerm == NULL || zChg == NULL)
+			if (zTerm == NULL || zChg == NULL)
 				rc = SQLITE_NOMEM;
 		}
 		if (rc == SQLITE_OK)
@@ -611,7 +499,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	if (bReported)
 	{
 		sqlite3_free(zTerms);
-		sqlite3_free(zWitness);
 		return 0;
 	}
 
@@ -627,8 +514,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	if (rc == SQLITE_OK && zTerms)
 	{
 		/* the rowid (or primary key) is read too, by "this row is not OLD" */
-		if (!bWithoutRowid && witnessAdd(&zWitness, NULL) != SQLITE_OK)
-			rc = SQLITE_NOMEM;
 		if (!bWithoutRowid)
 			zNotOld = sqlite3_mprintf("%s", "c.rowid <> OLD.rowid");
 		else
@@ -647,8 +532,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 						rc = SQLITE_AUTH;	/* a primary key column's name blinded */
 						break;
 					}
-					if (witnessAdd(&zWitness, (const char *) sqlite3_column_text(stmt, 0)) != SQLITE_OK)
-						rc = SQLITE_NOMEM;
 					/* only the row itself, not one its collation calls equal */
 					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\"" FENCE_OLD_COLLATE,
 													zNotOld,
@@ -669,11 +552,10 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 			sqlite3_finalize(stmt);
 		}
 	}
-	if (rc != SQLITE_OK || zTerms == NULL || zNotOld == NULL || (zTerms[0] && zWitness == NULL))
+	if (rc != SQLITE_OK || zTerms == NULL || zNotOld == NULL || 0)
 	{
 		sqlite3_free(zTerms);
 		sqlite3_free(zNotOld);
-		sqlite3_free(zWitness);
 		if (rc == SQLITE_OK || rc == SQLITE_NOMEM)
 			sqlite3_result_error_nomem(ctx);
 		else
@@ -682,7 +564,6 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	}
 	spec->zConflictIns = zTerms;
 	spec->zNotOld = zNotOld;
-	spec->zWitness = zWitness;
 	return 1;
 }
 
@@ -744,7 +625,7 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 
 	if (spec->zKeyColumn == NULL || zTerm == NULL || *zTerm == '\0')
 		return sqlite3_mprintf("%s", "");
-	zSql = witnessChecks(spec);
+	zSql = sqlite3_mprintf("%s", "");
 	while (zSql && *zTerm)
 	{
 		const char *zEnd = strchr(zTerm, '\001');
@@ -778,30 +659,29 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
 }
 
 /*
- * A guard trigger's check is its WHEN clause, not a SELECT in its body: an
- * authorizer answering SQLITE_IGNORE for a SELECT skips the statement (the
- * guard would not run at all) and for a function makes its call NULL. WHEN
- * is "NOT (<checks>) AND RAISE(...)", where every check is an IS [NOT]
- * test, true or false and never NULL: when one is not true (something did
- * not run) the RAISE is reached, and RAISE is no function, so nothing can
- * ignore it. When all hold, SQLite stops at the first operand of the AND:
- * one jump, no CASE. The body is never reached. It writes fence_join, which
- * makes SQLite join that table to the transaction when a statement that
- * fires the trigger starts (fence_held.c), so that the guard need not run a
- * statement of its own to learn where the transaction ends; and it reads
- * it (a DELETE finds its rows first), so that SQLite plans a read of
- * fence_join whenever it prepares such a statement, which fence_guard.c
- * counts to know when it must read the schema again (admittedByCount). Of
- * the forms that do both, DELETE ... WHERE 0 costs the trigger's frame
- * least (callgrind: 17 instructions a row more than an INSERT that only
- * joins, against 66 for that INSERT and a SELECT). Takes the guard's tag
- * last (guardTag).
- * The comment FENCE_GUARD_SHAPE marks the triggers of this shape: admission
- * refuses a guard whose triggers lack it (fence_guard.c).
+ * A guard trigger's check is its WHEN clause, "NOT (<checks>)", not a
+ * SELECT in its body: every check is an IS [NOT] test, true or false and
+ * never NULL, and each call raises when it refuses; when all hold the WHEN
+ * is one jump and the body is never reached. No RAISE sits in the WHEN (the
+ * form "NOT (<checks>) AND RAISE(...)" fired that RAISE for every row from
+ * SQLite 3.51, which may evaluate the right operand of an AND first when
+ * the left holds a subquery), and none in the body: a call that returns
+ * NULL without raising would be one an authorizer ignored, which fence
+ * trusts (docs/trust.md), and a second statement in the body costs every
+ * row a larger frame. The body writes fence_join, which makes SQLite join
+ * that table to the transaction when a statement that fires the trigger
+ * starts (fence_held.c), so that the guard need not run a statement of its
+ * own to learn where the transaction ends; and it reads it (a DELETE finds
+ * its rows first), so that SQLite plans a read of fence_join whenever it
+ * prepares such a statement, which fence_guard.c counts to know when it
+ * must read the schema again (admittedByCount). Of the forms that do both,
+ * DELETE ... WHERE 0 costs the trigger's frame least (callgrind: 17
+ * instructions a row more than an INSERT that only joins, against 66 for
+ * that INSERT and a SELECT). The comment FENCE_GUARD_SHAPE marks the
+ * triggers of this shape, whose statements admission may count.
  */
 #define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
-#define GUARD_WHEN_RAISE ") AND RAISE(ABORT, " FENCE_GUARD_RAISE_SQL ")"
-#define GUARD_WHEN_TAIL GUARD_WHEN_RAISE " BEGIN DELETE FROM fence_join WHERE 0; END"
+#define GUARD_WHEN_TAIL ") BEGIN DELETE FROM fence_join WHERE 0; END"
 
 /*
  * The triggers that fire only with another of the guard's (insert_after
@@ -809,30 +689,8 @@ conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, in
  * statement joins it, and is counted, through the other. Their body is the
  * smallest.
  */
-#define GUARD_WHEN_TAIL_SECOND GUARD_WHEN_RAISE " BEGIN SELECT 0; END"
+#define GUARD_WHEN_TAIL_SECOND ") BEGIN SELECT 0; END"
 
-/*
- * How the RAISE names the guard: G, and a one-resource guard's resource,
- * whose calls do not pass it, or a per-row guard's UNIQUE indexes as
- * fence_protect recorded them (zUniques, fenceUniqueSignature), which its
- * REPLACE look-ups were written for. Admission finds this text in each of
- * the guard's triggers (checkGuardShape), so that a record of
- * main.fence_guards edited to another resource, or to other indexes (one
- * made later, which a REPLACE could then delete through unchecked), is
- * refused, not obeyed: the record is a table anyone can UPDATE, the
- * triggers change only by DDL, which fence sees. zUniques NULL: G alone
- * (what a per-row guard of shape 3 carries).
- */
-char *
-fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques)
-{
-	if (zResource != NULL)
-		return sqlite3_mprintf("%lld (resource \"%q\")", (long long) id, zResource);
-	if (zUniques != NULL)
-		return sqlite3_mprintf("%lld (unique indexes: %q)", (long long) id,
-							   zUniques[0] ? zUniques : "none");
-	return sqlite3_mprintf("%lld", (long long) id);
-}
 
 static char *
 protectSql(const ProtectSpec *spec)
@@ -854,10 +712,8 @@ protectSql(const ProtectSpec *spec)
 	char	   *zTokenTrigger = NULL;
 	char	   *zSql = NULL;
 	long long	G = (long long) spec->id;
-	char	   *zTag = spec->zKeyColumn ? fenceGuardTag(spec->id, NULL, spec->zUniques) :
-		fenceGuardTag(spec->id, spec->zResource, NULL);
 
-	if (!zTag || !zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
+	if (!zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
 		!zDelete || (spec->zTokenColumn && (!zUpdateToken || !zUpdateTokenConflicts)))
 		goto done;
 
@@ -872,19 +728,19 @@ protectSql(const ProtectSpec *spec)
 			"CASE WHEN NEW.\"%w\" <> -1 THEN %s ELSE 1 END%s" GUARD_WHEN_TAIL ";\n"
 			"CREATE TRIGGER main.\"fence:%lld:insert_after\" AFTER INSERT ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL_SECOND ";\n",
-			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, zTag, G, T,
-			zInsert, zTag);
+			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, G, T,
+			zInsert);
 	else
 		zInsertTriggers = sqlite3_mprintf(
 			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n",
-			G, T, zInsert, zInsertConflicts, zTag);
+			G, T, zInsert, zInsertConflicts);
 	/* created after "update" so that it runs first */
 	zTokenTrigger = spec->zTokenColumn ?
 		sqlite3_mprintf("CREATE TRIGGER main.\"fence:%lld:update_token\" "
 						"BEFORE UPDATE OF \"%w\" ON \"%w\" "
 						"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL_SECOND ";\n",
-						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts, zTag) :
+						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts) :
 		sqlite3_mprintf("%s", "");
 	if (zInsertTriggers && zTokenTrigger)
 		zSql = sqlite3_mprintf(
@@ -895,11 +751,10 @@ protectSql(const ProtectSpec *spec)
 			"CREATE TRIGGER main.\"fence:%lld:delete\" BEFORE DELETE ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n",
 			zInsertTriggers,
-			G, T, zUpdate, zUpdateConflicts, zTag,
+			G, T, zUpdate, zUpdateConflicts,
 			zTokenTrigger,
-			G, T, zDelete, zTag);
+			G, T, zDelete);
 done:
-	sqlite3_free(zTag);
 	sqlite3_free(zInsertTriggers);
 	sqlite3_free(zTokenTrigger);
 	sqlite3_free(zTokenTail);
@@ -968,35 +823,9 @@ unprotectSql(sqlite3_context *ctx, const char *zFunc, const char *zTable)
 	return zSql;
 }
 
-/*
- * Does zSql (one row, one integer column) read back exactly nWant? An
- * authorizer that blinds a column it reads makes the row not count, and one
- * that skips the SELECT leaves no row: either is "no".
- */
+/* Run zSql, then zThen (if any), as one unit: all of it or none. */
 static int
-readsBack(sqlite3 *db, const char *zSql, sqlite3_int64 nWant)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			bOk = 0;
-
-	if (sqlite3_prepare_v2(db, zSql, -1, &stmt, NULL) == SQLITE_OK &&
-		sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) == SQLITE_INTEGER)
-		bOk = sqlite3_column_int64(stmt, 0) == nWant;
-	sqlite3_finalize(stmt);
-	return bOk;
-}
-
-/*
- * Run zSql, then zThen, as one unit: all of it or none. zCheck, when given,
- * is a query that must read back nCheck after zSql, before zThen runs: an
- * authorizer answering SQLITE_IGNORE to CREATE TRIGGER (or to the INSERT
- * into sqlite_schema it makes) has SQLite skip the statement without an
- * error, and a guard that is not there would never call fence again to be
- * refused.
- */
-static int
-execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql,
-			   const char *zCheck, sqlite3_int64 nCheck, const char *zThen)
+execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql, const char *zThen)
 {
 	sqlite3    *db = sqlite3_context_db_handle(ctx);
 	int			rc = sqlite3_exec(db, "SAVEPOINT fence_protect", NULL, NULL, NULL);
@@ -1004,23 +833,14 @@ execAtomically(sqlite3_context *ctx, const char *zFunc, const char *zSql,
 	if (rc == SQLITE_OK)
 	{
 		rc = sqlite3_exec(db, zSql, NULL, NULL, NULL);
-		if (rc == SQLITE_OK && zCheck != NULL && !readsBack(db, zCheck, nCheck))
-			rc = SQLITE_NOTFOUND;	/* not from SQLite: said below */
 		if (rc == SQLITE_OK && zThen != NULL)
 			rc = sqlite3_exec(db, zThen, NULL, NULL, NULL);
 		if (rc != SQLITE_OK)
 		{
-			char	   *zMsg = rc != SQLITE_NOTFOUND ?
-				sqlite3_mprintf("%s: %s", zFunc, sqlite3_errmsg(db)) :
-				sqlite3_mprintf("%s: the guard's triggers or its row of main.fence_guards "
-								"did not read back as written (an authorizer "
-								"(sqlite3_set_authorizer) that answers SQLITE_IGNORE to "
-								"CREATE TRIGGER, to writes of sqlite_schema or fence_guards, "
-								"or to reads of them?); nothing was changed; let the "
-								"authorizer allow fence's statements", zFunc);
+			char	   *zMsg = sqlite3_mprintf("%s: %s", zFunc, sqlite3_errmsg(db));
 
 			sqlite3_exec(db, "ROLLBACK TO fence_protect; RELEASE fence_protect", NULL, NULL, NULL);
-			resultError(ctx, rc != SQLITE_NOTFOUND ? rc : FENCE_RC_INVALID, zMsg);
+			resultError(ctx, rc, zMsg);
 			return 0;
 		}
 		rc = sqlite3_exec(db, "RELEASE fence_protect", NULL, NULL, NULL);
@@ -1251,43 +1071,22 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		goto done;
 	}
 	{
-		/*
-		 * Protecting again replaces the guard, in one step. The new guard is
-		 * made, and read back, before the old one is dropped: should the
-		 * savepoint itself have been skipped (an authorizer answering
-		 * SQLITE_IGNORE to SAVEPOINT), a refusal must still leave the table
-		 * guarded, by the old triggers at least.
-		 */
+		/* protecting again replaces the guard, in one step */
 		char	   *zAll = sqlite3_mprintf("%s;\n%s"
 										   "INSERT INTO main.fence_guards(id, resource, keyed, uniques) "
 										   "VALUES (%lld, %Q, %d, %Q);\n",
 										   createGuardsSql, zSql, (long long) spec.id,
 										   spec.zResource, spec.zKeyColumn != NULL, spec.zUniques);
 
-		/*
-		 * What must read back: each trigger of the guard, of this shape, on
-		 * this table (three, one more with a token column, one more checked
-		 * AFTER INSERT), and its row of fence_guards.
-		 */
-		char	   *zCheck = sqlite3_mprintf(
-			"SELECT (SELECT count(*) FROM main.sqlite_schema WHERE type = 'trigger' "
-			"AND name GLOB 'fence:%lld:*' AND tbl_name = %Q AND instr(sql, %Q) > 0) + "
-			"(SELECT count(*) FROM main.fence_guards WHERE id = %lld AND resource = %Q "
-			"AND keyed = %d AND uniques = %Q)", (long long) spec.id, zCanonical,
-			FENCE_GUARD_SHAPE, (long long) spec.id, spec.zResource, spec.zKeyColumn != NULL,
-			spec.zUniques);
-		int			nCheck = 3 + (spec.zTokenColumn != NULL) + spec.bKeyIsRowid + 1;
-
-		if (zAll == NULL || zCheck == NULL)
+		if (zAll == NULL)
 			sqlite3_result_error_nomem(ctx);
-		else if (execAtomically(ctx, "fence_protect", zAll, zCheck, nCheck, zDrop))
+		else if (execAtomically(ctx, "fence_protect", zAll, zDrop))
 		{
 			/* this connection's watch on fence_tokens, if it exists (fence_cache.c) */
 			fenceCacheWatchCreate(sqlite3_user_data(ctx));
 			sqlite3_result_null(ctx);
 		}
 		sqlite3_free(zAll);
-		sqlite3_free(zCheck);
 	}
 done:
 	sqlite3_free(zDrop);
@@ -1296,7 +1095,6 @@ done:
 	sqlite3_free(spec.zUniques);
 	sqlite3_free(spec.zConflictIns);
 	sqlite3_free(spec.zNotOld);
-	sqlite3_free(spec.zWitness);
 }
 
 /* fence_unprotect(table): drop the guard; a table without one is left as is. */
@@ -1314,107 +1112,8 @@ fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (zCanonical == NULL)
 		return;
 	zDrop = unprotectSql(ctx, "fence_unprotect", zCanonical);
-	if (zDrop != NULL && execAtomically(ctx, "fence_unprotect", zDrop, NULL, 0, NULL))
+	if (zDrop != NULL && execAtomically(ctx, "fence_unprotect", zDrop, NULL))
 		sqlite3_result_null(ctx);
 	sqlite3_free(zDrop);
 	sqlite3_free(zCanonical);
-}
-
-/*
- * At load: seal the guards of an older shape. Their triggers check in a body
- * of SELECTs (fence 1.3) or name no guard id (1.2), and an authorizer that
- * answers SQLITE_IGNORE to the guard functions or to those SELECTs skips
- * them without any code of fence's running, so admission cannot refuse
- * them. Each such trigger is replaced by one of the same event, named after
- * it with ":sealed" appended (fence_unprotect finds it by that name too),
- * whose WHEN clause raises (no SELECT, no function: nothing to ignore),
- * until fence_protect makes the guard again. Done only outside a
- * transaction, all or nothing; when the file is read-only or locked, the
- * guards stay as they are and admission refuses them whenever they run.
- */
-void
-fenceSealOldGuards(sqlite3 *db)
-{
-	sqlite3_stmt *stmt = NULL;
-	char	   *zSql = sqlite3_mprintf("%s", "SAVEPOINT fence_seal;\n");
-	char	   *zNames = sqlite3_mprintf("%s", "''");	/* the sealing ones, as an IN list */
-	char	   *zDrops = sqlite3_mprintf("%s", "");
-	int			n = 0;
-	int			rc;
-
-	if (zSql == NULL || zNames == NULL || zDrops == NULL || !sqlite3_get_autocommit(db) ||
-		sqlite3_db_readonly(db, "main") != 0)
-	{
-		sqlite3_free(zSql);
-		sqlite3_free(zNames);
-		sqlite3_free(zDrops);
-		return;
-	}
-	rc = sqlite3_prepare_v2(db,
-							"SELECT name, tbl_name, CASE "
-							"WHEN name GLOB '*:insert' OR name GLOB '*:insert_after' "
-							"OR name GLOB 'fence_insert:*' THEN 'INSERT' "
-							"WHEN name GLOB '*:delete' OR name GLOB 'fence_delete:*' THEN 'DELETE' "
-							"ELSE 'UPDATE' END FROM main.sqlite_schema WHERE type = 'trigger' "
-							"AND ((name GLOB 'fence:[0-9]*:*' "
-							"AND (instr(sql, ?1) > 0 OR instr(sql, ?2) > 0) IS NOT 1) "
-							"OR name GLOB 'fence_insert:*' OR name GLOB 'fence_update:*' "
-							"OR name GLOB 'fence_update_token:*' OR name GLOB 'fence_delete:*') "
-							"AND (instr(sql, 'made by an older fence') > 0) IS NOT 1",
-							-1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		/* shape 3 is as safe as this one (fence_guard.c, checkGuardShape) */
-		sqlite3_bind_text(stmt, 1, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE_3, -1, SQLITE_STATIC);
-	}
-	while (rc == SQLITE_OK && zSql && sqlite3_step(stmt) == SQLITE_ROW)
-	{
-		const char *zName = (const char *) sqlite3_column_text(stmt, 0);
-		const char *zTable = (const char *) sqlite3_column_text(stmt, 1);
-		const char *zEvent = (const char *) sqlite3_column_text(stmt, 2);
-		char	   *z;
-
-		if (zName == NULL || zTable == NULL || zEvent == NULL)
-			break;
-		/* the sealing trigger first, under a name of its own: see below */
-		z = sqlite3_mprintf("%sCREATE TRIGGER main.\"%w:sealed\" BEFORE %s ON \"%w\" "
-							"WHEN CASE WHEN 1 THEN "
-							"RAISE(ABORT, 'fence guard refused: the guard of \"%q\" was made by an "
-							"older fence, of a shape an authorizer can skip; run fence_protect on "
-							"the table again to replace its guard') END BEGIN SELECT 0; END;\n",
-							zSql, zName, zEvent, zTable, zTable);
-		sqlite3_free(zSql);
-		zSql = z;
-		z = zDrops ? sqlite3_mprintf("%sDROP TRIGGER main.\"%w\";\n", zDrops, zName) : NULL;
-		sqlite3_free(zDrops);
-		zDrops = z;
-		z = zNames ? sqlite3_mprintf("%s, '%q:sealed'", zNames, zName) : NULL;
-		sqlite3_free(zNames);
-		zNames = z;
-		n++;
-	}
-	sqlite3_finalize(stmt);
-	if (zSql && zNames && zDrops && n > 0)
-	{
-		/*
-		 * The old triggers are dropped only once every sealing trigger reads
-		 * back: an authorizer answering SQLITE_IGNORE to CREATE TRIGGER (and
-		 * to SAVEPOINT, so that nothing could be rolled back) must not leave
-		 * the old ones dropped and nothing in their place.
-		 */
-		char	   *zCheck = sqlite3_mprintf("SELECT count(*) FROM main.sqlite_schema "
-											 "WHERE type = 'trigger' AND name IN (%s) AND "
-											 "instr(sql, 'made by an older fence') > 0", zNames);
-
-		if (zCheck != NULL && sqlite3_exec(db, zSql, NULL, NULL, NULL) == SQLITE_OK &&
-			readsBack(db, zCheck, n) && sqlite3_exec(db, zDrops, NULL, NULL, NULL) == SQLITE_OK)
-			sqlite3_exec(db, "RELEASE fence_seal", NULL, NULL, NULL);
-		else
-			sqlite3_exec(db, "ROLLBACK TO fence_seal; RELEASE fence_seal", NULL, NULL, NULL);
-		sqlite3_free(zCheck);
-	}
-	sqlite3_free(zSql);
-	sqlite3_free(zNames);
-	sqlite3_free(zDrops);
 }

@@ -1,32 +1,21 @@
 /*
  * fence_schema_read.c
  *
- * Reading the schema through the application's authorizer: the UNIQUE
- * indexes of a protected table, a guard's triggers, a table's columns, as
- * fence_protect (fence_protect.c) and admission (fence_guard.c) need them.
+ * Reading the schema: the UNIQUE indexes of a protected table, a guard's
+ * triggers, a table's columns, as fence_protect (fence_protect.c) and
+ * admission (fence_guard.c) need them. Each read is one SELECT of a pragma
+ * or of sqlite_schema, filtered in C.
  *
- * An authorizer (sqlite3_set_authorizer) runs at every prepare, sees each
- * column a statement reads, and may answer SQLITE_IGNORE:
- *   - to a column read: the column reads NULL there, and only there. A
- *     WHERE, a join or a GROUP BY on it drops rows without a trace, while
- *     the same column read elsewhere in the statement comes back whole;
- *   - to SQLITE_SELECT: that SELECT is skipped and yields no rows, with no
- *     error. Each part of a compound SELECT is asked on its own, so a
- *     sentinel row added with UNION ALL proves nothing: the part before it
- *     can be skipped alone.
- * And it may keep state, answering one statement otherwise than the next
- * (the probe that checks for blinding passes, the read after it does not).
+ * Provides: fenceUniqueIndexesRead/Free, fenceGuardTriggersRead,
+ * fenceTableTriggersRead, fenceGuardTriggersFree, fenceHasRowidColumn,
+ * fenceGeneratedOverRowid, fenceDefaultReplaced, fenceGuardIdRecorded,
+ * fenceSqlNextToken, fenceLookupTerm (a REPLACE look-up's term, written by
+ * fence_protect.c and looked for by fence_guard.c) and fenceOwnTableShape
+ * (is a table of fence's name the one fence makes?). Calls no other file of
+ * fence.
  *
- * So every read here is one plain SELECT of the columns it needs: no WHERE,
- * no join, no compound, each column named once, every value checked in C
- * (a NULL where the schema has none is a blinded read), the filtering done
- * in C. That SELECT can still be skipped whole; the number of rows it gave
- * is therefore checked against count(*) of the same source, an aggregate
- * that yields exactly one row unless it too is skipped (then none: also
- * refused), and that reads no column an authorizer could blind.
- *
- * Errors: SQLITE_OK; FENCE_RC_INVALID when a read came back blinded or
- * skipped (the caller says so to the user); else SQLite's error.
+ * Errors: SQLITE_OK; FENCE_RC_INVALID when a value the schema always has
+ * came back NULL; else SQLite's error.
  */
 #include "fence_sqlite.h"
 
@@ -36,46 +25,23 @@
 SQLITE_EXTENSION_INIT3
 
 /*
- * Run zRows (one plain SELECT, ?1 bound to zArg when not NULL), giving each
- * row to xRow, then zCount, the count(*) of the same source: the two must
- * agree. xRow returns SQLITE_OK, FENCE_RC_INVALID for a value that cannot be
- * (a blinded read), or an error.
+ * Run zRows (one SELECT, ?1 bound to zArg when not NULL), giving each row to
+ * xRow, which returns SQLITE_OK or an error.
  */
 static int
-readWhole(sqlite3 *db, const char *zRows, const char *zCount, const char *zArg,
+readWhole(sqlite3 *db, const char *zRows, const char *zArg,
 		  int (*xRow) (void *, sqlite3_stmt *), void *pArg)
 {
 	sqlite3_stmt *stmt = NULL;
-	sqlite3_int64 nRows = 0;
 	int			rc;
 
 	rc = sqlite3_prepare_v2(db, zRows, -1, &stmt, NULL);
 	if (rc == SQLITE_OK && zArg != NULL)
 		rc = sqlite3_bind_text(stmt, 1, zArg, -1, SQLITE_STATIC);
 	while (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW)
-	{
-		nRows++;
 		rc = xRow(pArg, stmt);
-	}
 	sqlite3_finalize(stmt);
-	if (rc != SQLITE_DONE)
-		return rc;
-
-	stmt = NULL;
-	rc = sqlite3_prepare_v2(db, zCount, -1, &stmt, NULL);
-	if (rc == SQLITE_OK && zArg != NULL)
-		rc = sqlite3_bind_text(stmt, 1, zArg, -1, SQLITE_STATIC);
-	if (rc == SQLITE_OK)
-	{
-		rc = sqlite3_step(stmt);
-		if (rc == SQLITE_ROW)
-			rc = sqlite3_column_type(stmt, 0) == SQLITE_INTEGER &&
-				sqlite3_column_int64(stmt, 0) == nRows ? SQLITE_OK : FENCE_RC_INVALID;
-		else if (rc == SQLITE_DONE)
-			rc = FENCE_RC_INVALID;	/* the count was skipped */
-	}
-	sqlite3_finalize(stmt);
-	return rc;
+	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 /* ---------------------------------------------------------------------
@@ -203,56 +169,6 @@ compareIndexNames(const void *a, const void *b)
 	return strcmp(((const FenceUniqueIndex *) a)->zName, ((const FenceUniqueIndex *) b)->zName);
 }
 
-typedef struct SchemaIndexCount
-{
-	const char *zTable;
-	int			n;
-} SchemaIndexCount;
-
-/* sqlite_schema: type, tbl_name; counts the indexes on the table */
-static int
-schemaIndexRow(void *pArg, sqlite3_stmt *stmt)
-{
-	SchemaIndexCount *c = pArg;
-	const char *zType = (const char *) sqlite3_column_text(stmt, 0);
-	const char *zTable = (const char *) sqlite3_column_text(stmt, 1);
-
-	if (zType == NULL || zTable == NULL)
-		return FENCE_RC_INVALID;
-	if (strcmp(zType, "index") == 0 && sqlite3_stricmp(zTable, c->zTable) == 0)
-		c->n++;
-	return SQLITE_OK;
-}
-
-/*
- * Did pragma_index_list list every index of main.zTable? An authorizer
- * answering SQLITE_IGNORE to SQLITE_PRAGMA (index_list) makes the pragma
- * yield no rows, and its count(*) agrees. main.sqlite_schema has a row for
- * every index but a WITHOUT ROWID table's primary key (the table's own
- * b-tree), which the pragma lists: the two counts must agree. A WITHOUT
- * ROWID table is told by "SELECT rowid" failing to prepare (no column of
- * that name: a per-row guard refuses one), which no authorizer decides.
- */
-static int
-indexesAllListed(sqlite3 *db, const char *zTable, int nListed)
-{
-	SchemaIndexCount count = {zTable, 0};
-	sqlite3_stmt *stmt = NULL;
-	char	   *zProbe = sqlite3_mprintf("SELECT rowid FROM main.\"%w\"", zTable);
-	int			bWithoutRowid;
-	int			rc;
-
-	if (zProbe == NULL)
-		return SQLITE_NOMEM;
-	bWithoutRowid = sqlite3_prepare_v2(db, zProbe, -1, &stmt, NULL) != SQLITE_OK;
-	sqlite3_finalize(stmt);
-	sqlite3_free(zProbe);
-	rc = readWhole(db, "SELECT type, tbl_name FROM main.sqlite_schema",
-				   "SELECT count(*) FROM main.sqlite_schema", NULL, schemaIndexRow, &count);
-	if (rc == SQLITE_OK && count.n + bWithoutRowid != nListed)
-		rc = FENCE_RC_INVALID;
-	return rc;
-}
 
 /*
  * The UNIQUE indexes of main.zTable, sorted by name (BINARY), each with its
@@ -268,17 +184,13 @@ fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p)
 
 	p->a = NULL;
 	p->n = 0;
-	rc = readWhole(db, "SELECT name, \"unique\", partial FROM pragma_index_list(?1, 'main')",
-				   "SELECT count(*) FROM pragma_index_list(?1, 'main')", zTable,
+	rc = readWhole(db, "SELECT name, \"unique\", partial FROM pragma_index_list(?1, 'main')", zTable,
 				   indexListRow, &list);
-	if (rc == SQLITE_OK)
-		rc = indexesAllListed(db, zTable, list.nListed);
 	for (i = 0; rc == SQLITE_OK && i < p->n; i++)
 	{
 		IndexColumnsRead r = {&p->a[i], 0};
 
-		rc = readWhole(db, "SELECT seqno, cid, name, coll, key FROM pragma_index_xinfo(?1, 'main')",
-					   "SELECT count(*) FROM pragma_index_xinfo(?1, 'main')", p->a[i].zName,
+		rc = readWhole(db, "SELECT seqno, cid, name, coll, key FROM pragma_index_xinfo(?1, 'main')", p->a[i].zName,
 					   indexColumnRow, &r);
 		/* a UNIQUE index has a key column: none means the read was cut */
 		if (rc == SQLITE_OK && p->a[i].nCol == 0)
@@ -364,8 +276,7 @@ fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p)
 	p->zPrefix = sqlite3_mprintf("fence:%lld:", (long long) id);
 	if (p->zPrefix == NULL)
 		return SQLITE_NOMEM;
-	return readWhole(db, "SELECT type, name, tbl_name, sql FROM main.sqlite_schema",
-					 "SELECT count(*) FROM main.sqlite_schema", NULL, guardTriggerRow, p);
+	return readWhole(db, "SELECT type, name, tbl_name, sql FROM main.sqlite_schema", NULL, guardTriggerRow, p);
 }
 
 /*
@@ -379,7 +290,6 @@ fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
 {
 	char	   *zRows = sqlite3_mprintf("SELECT type, name, tbl_name, sql FROM \"%w\".sqlite_schema",
 										zSchema);
-	char	   *zCount = sqlite3_mprintf("SELECT count(*) FROM \"%w\".sqlite_schema", zSchema);
 	int			rc;
 
 	p->a = NULL;
@@ -387,9 +297,8 @@ fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
 	p->zPrefix = NULL;
 	p->zOnTable = zTable;
 	p->bAll = zTable == NULL;
-	rc = zRows && zCount ? readWhole(db, zRows, zCount, NULL, guardTriggerRow, p) : SQLITE_NOMEM;
+	rc = zRows ? readWhole(db, zRows, NULL, guardTriggerRow, p) : SQLITE_NOMEM;
 	sqlite3_free(zRows);
-	sqlite3_free(zCount);
 	return rc;
 }
 
@@ -525,8 +434,7 @@ tableColumnsRead(sqlite3 *db, const char *zTable, TableColumns *t)
 
 	memset(t, 0, sizeof(*t));
 	rc = readWhole(db, "SELECT name, type, pk, hidden, \"notnull\", dflt_value "
-				   "FROM pragma_table_xinfo(?1, 'main')",
-				   "SELECT count(*) FROM pragma_table_xinfo(?1, 'main')", zTable,
+				   "FROM pragma_table_xinfo(?1, 'main')", zTable,
 				   tableColumnRow, t);
 	if (rc == SQLITE_OK && t->nCol == 0)
 		rc = FENCE_RC_INVALID;	/* every table has a column: the pragma was skipped */
@@ -762,7 +670,6 @@ fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pb
 {
 	IdSearch	search = {id, 0};
 	char	   *zRows;
-	char	   *zCount;
 	int			rc;
 
 	*pbRecorded = 0;
@@ -770,10 +677,79 @@ fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pb
 									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
 		return SQLITE_OK;
 	zRows = sqlite3_mprintf("SELECT id FROM \"%w\".fence_guards", zSchema);
-	zCount = sqlite3_mprintf("SELECT count(*) FROM \"%w\".fence_guards", zSchema);
-	rc = zRows && zCount ? readWhole(db, zRows, zCount, NULL, guardIdRow, &search) : SQLITE_NOMEM;
+	rc = zRows ? readWhole(db, zRows, NULL, guardIdRow, &search) : SQLITE_NOMEM;
 	sqlite3_free(zRows);
-	sqlite3_free(zCount);
 	*pbRecorded = rc == SQLITE_OK && search.bFound;
+	return rc;
+}
+
+/*
+ * A look-up's term for one more column of a UNIQUE index, AND-joined to
+ * zPrev (the columns before, or NULL), which it frees: what the guard
+ * writes and what admission looks for (fence_guard.c, checkLookupsCover).
+ * NULL when out of memory.
+ */
+char *
+fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl)
+{
+	char	   *z = sqlite3_mprintf("%s%sc.\"%w\" = NEW.\"%w\" COLLATE \"%w\"",
+									zPrev ? zPrev : "", zPrev ? " AND " : "", zCol, zCol,
+									zColl ? zColl : "BINARY");
+
+	sqlite3_free(zPrev);
+	return z;
+}
+
+/*
+ * Is main.zTable (fence_tokens or fence_guards) the table fence creates?
+ * SQLITE_OK when it is, or when there is none yet; FENCE_RC_UNTRUSTED with
+ * *pzErr (sqlite3_malloc'd) saying what is wrong and how to repair it when
+ * another definition holds the name: fence never adopts a table it did not
+ * make (a CSV import makes every column TEXT, and a TEXT token compares as
+ * text). The definition SQLite stores is compared whole: columns, declared
+ * types, collations, NOT NULL, CHECK and WITHOUT ROWID. A dump restored by
+ * the shell or by iterdump keeps that text, so it stays fence's.
+ */
+int
+fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr)
+{
+	int			bTokens = sqlite3_stricmp(zTable, "fence_tokens") == 0;
+	int			bLeases = sqlite3_stricmp(zTable, "fence_leases") == 0;
+	const char *zColumns = bTokens ? FENCE_TOKENS_COLUMNS :
+		bLeases ? FENCE_LEASES_COLUMNS : FENCE_GUARDS_COLUMNS;
+	char	   *zExpected = sqlite3_mprintf("CREATE TABLE %s%s", zTable, zColumns);
+	sqlite3_stmt *stmt = NULL;
+	const char *zFound;
+	int			rc;
+
+	*pzErr = NULL;
+	if (zExpected == NULL)
+		return SQLITE_NOMEM;
+	rc = sqlite3_prepare_v2(db, "SELECT sql, typeof(sql), type FROM main.sqlite_schema "
+							"WHERE name = ?1 COLLATE NOCASE", -1, &stmt, NULL);
+	if (rc == SQLITE_OK)
+	{
+		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
+		rc = sqlite3_step(stmt);
+	}
+	if (rc == SQLITE_DONE)
+		rc = SQLITE_OK;			/* not there yet: fence creates it */
+	else if (rc != SQLITE_ROW)
+		*pzErr = sqlite3_mprintf("fence: cannot read the definition of main.%s: %s",
+								 zTable, sqlite3_errmsg(db));
+	else if ((zFound = (const char *) sqlite3_column_text(stmt, 0)) != NULL &&
+			 strcmp(zFound, zExpected) == 0)
+		rc = SQLITE_OK;
+	else
+	{
+		rc = FENCE_RC_UNTRUSTED;
+		*pzErr = sqlite3_mprintf("fence refused: main.%s is not the table fence makes; "
+								 "rename it (docs/sqlite-guarantees.md: a table of that name)",
+								 zTable);
+		if (*pzErr == NULL)
+			rc = SQLITE_NOMEM;
+	}
+	sqlite3_finalize(stmt);
+	sqlite3_free(zExpected);
 	return rc;
 }

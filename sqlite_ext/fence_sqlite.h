@@ -81,6 +81,25 @@ typedef struct FenceGuardMemo
 #define FENCE_CACHE_TXN_UNWATCHED 2 /* neither */
 
 
+struct FenceConn;
+
+/*
+ * What the transaction table (fence_held.c, the lowest layer that knows
+ * where a transaction ends) tells the layers above it; set once by
+ * fence_init.c, so that fence_held.c calls no file above it.
+ */
+typedef struct FenceHooks
+{
+	void		(*xFinalize) (struct FenceConn *);	/* finalize every cached statement */
+	void		(*xFree) (struct FenceConn *);	/* free every module's memory */
+	void		(*xTxnStartOver) (struct FenceConn *);	/* a transaction begins or ends */
+	void		(*xCacheTxnEnd) (struct FenceConn *, int bCommitted);
+	void		(*xRolledBack) (struct FenceConn *);	/* before xTxnStartOver */
+	void		(*xRolledBackTo) (struct FenceConn *);
+	void		(*xSchemaChanged) (struct FenceConn *);
+	void		(*xRelease) (struct FenceConn *);	/* drop a reference (fence_stats.c) */
+} FenceHooks;
+
 typedef struct FenceConn
 {
 	/*
@@ -128,9 +147,6 @@ typedef struct FenceConn
 	sqlite3_stmt *pDeleteToken;
 	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
 	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
-	sqlite3_stmt *pCanaryToken;
-	int			nTokensReprepared;	/* the three's SQLITE_STMTSTATUS_REPREPARE, summed,
-									 * when fence_tokens' shape was last checked */
 	int			sharedCache;	/* FENCE_SHARED_*: main in shared-cache mode? (fence.c) */
 	/* the highest-token cache (fence_cache.c) */
 	unsigned	cacheGen;		/* entries of this generation are verdicts */
@@ -160,12 +176,6 @@ typedef struct FenceConn
 	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
 	int			nGuard;
 	int			nGuardAlloc;
-	sqlite3_int64 *aProbed;		/* guards whose table passed the checks only a schema */
-	int			nProbed;		/* change or a new authorizer can undo (fence_guard.c, */
-	int			nProbedAlloc;	/* probedSince), */
-	sqlite3_stmt *pProbedWith;	/* since pSchemaProbe */
-	int			nProbedReprepare;	/* had this SQLITE_STMTSTATUS_REPREPARE */
-	int			bForeignChecked;	/* no schema object but fence's names a guard */
 	int			bGuardTxnChecked;	/* the schema generation was checked in this txn */
 	int			bByCount;		/* the guard call under way was admitted by the count */
 	int			bNoCountTxn;	/* this transaction reads the schema (fenceGuardRecheckSchema) */
@@ -177,13 +187,8 @@ typedef struct FenceConn
 	sqlite3_stmt *pProbeMain;
 	sqlite3_stmt *pProbeTemp;
 	sqlite3_stmt *pJournalMode;
-	/* leases (fence_lease.c), finalized with the others */
-	sqlite3_stmt *pLeaseLock;
-	sqlite3_stmt *pLeaseSelect;
-	sqlite3_stmt *pLeaseWrite;
-	sqlite3_stmt *pLeaseTxn[4];	/* SAVEPOINT, RELEASE, ROLLBACK TO, ROLLBACK */
-	int			nLeaseReprepared;	/* their SQLITE_STMTSTATUS_REPREPARE, summed,
-									 * when fence_leases' shape was last checked */
+	/* leases (fence_lease.c): the connection grants go through in a transaction */
+	sqlite3    *pLeaseDb;
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
 
@@ -195,6 +200,7 @@ typedef struct FenceConn
 	int			aHeldBuckets[FENCE_HELD_FIRST]; /* buckets */
 	char		zHeldNames[FENCE_HELD_FIRST * 32];	/* and resources' copies */
 	FenceHint	aHint[FENCE_HINTS];
+	const FenceHooks *pHooks;	/* fence_init.c's */
 	int			savedRc;		/* the error zSavedErr describes */
 	char		zSavedErr[1536];
 } FenceConn;
@@ -211,6 +217,13 @@ fenceErrorCode(int rc)
 {
 	return rc <= SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_ERROR : rc;
 }
+
+/*
+ * An integer argument (SPEC "Words"): the INTEGER storage class, or a REAL
+ * holding an exact integer of magnitude at most 2^53 (what JavaScript
+ * drivers bind a number as), taken as that integer. 0: any other value.
+ */
+int			fenceValueInt64(sqlite3_value *v, sqlite3_int64 *p);
 
 /* Anything that could change a guard call's answer happened: no memo holds. */
 static inline void
@@ -233,7 +246,6 @@ void		fenceCacheRolledBackTo(FenceConn *conn);
 void		fenceTokensChangedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 
 /* fence_held.c */
-#define FENCE_WITNESS_MAX_ARGS 15	/* arguments of fence_witness after the count */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
 void		fenceConnRelease(FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
@@ -243,6 +255,31 @@ void		fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp);
 int			fenceHeldCreateEnlist(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
+/* fence_loaded()'s pointer type: only C code can make such a value (fence.c) */
+#define FENCE_CONN_POINTER "fence.FenceConn"
+/* An SQL function and its flags, for sqlite3_create_function_v2 (fence_init.c). */
+typedef struct FenceFunction
+{
+	const char *name;
+	int			nArg;
+	int			flags;
+	void		(*xFunc) (sqlite3_context *, int, sqlite3_value **);
+} FenceFunction;
+
+/*
+ * Flags by role (STYLE.md C6): functions that applications call and that
+ * change the fence are DIRECTONLY, so a view or trigger in the schema cannot
+ * move a fence; fence_current only reads and is INNOCUOUS; the guards must
+ * be reachable from our schema triggers and so carry neither, which means
+ * they refuse to run under PRAGMA trusted_schema=OFF: protected tables then
+ * fail closed ("unsafe use of fence_guard_write()").
+ */
+#define FENCE_APP_WRITES   (SQLITE_UTF8 | SQLITE_DIRECTONLY)
+#define FENCE_APP_READS    (SQLITE_UTF8 | SQLITE_INNOCUOUS)
+#define FENCE_FROM_TRIGGER (SQLITE_UTF8)
+
+/* fence.c: its SQL functions, in the order they are registered; their count */
+int			fenceCoreFunctions(const FenceFunction **pa);
 /* fence.c */
 void		fenceFinalizeStatements(FenceConn *conn);
 void		fenceUndoForget(FenceConn *conn);
@@ -302,8 +339,6 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
  * guard functions), and is refused until protected again.
  */
 #define FENCE_GUARD_SHAPE "fence guard shape 4"
-/* the shape before: as safe, but its statements are not counted (fence_guard.c) */
-#define FENCE_GUARD_SHAPE_3 "fence guard shape 3"
 
 /*
  * The alias of a per-row guard's REPLACE look-ups ("FROM "T" AS c WHERE",
@@ -321,93 +356,9 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
  */
 #define FENCE_OLD_COLLATE " COLLATE \"BINARY\""
 
-/* fence_stats.c: this connection's counts per resource */
-typedef struct FenceStatEntry
-{
-	char	   *resource;		/* sqlite3_malloc'd, NUL-terminated */
-	int			n;
-	unsigned	hash;
-	sqlite3_int64 accepted;
-	sqlite3_int64 rejected;
-	sqlite3_int64 lastToken;	/* the last rejected token */
-	sqlite3_int64 lastAtMs;		/* when, ms since the Unix epoch */
-} FenceStatEntry;
-
-struct FenceStats
-{
-	FenceStatEntry *a;			/* in order of first use; an index never moves */
-	int			nEntry;
-	int			nAlloc;
-	int		   *aSlot;			/* open addressing: index into a, or -1 */
-	int			nSlot;			/* a power of two, at least 2 * nEntry */
-	int			iLast;			/* the entry last asked for */
-	const char *zLast;			/* its resource and length (-1: none yet) */
-	int			nLast;
-};
-
+/* fence_stats.c (the accept path's inline part: fence_stats.h) */
 int			fenceStatsRegister(sqlite3 *db, FenceConn *conn);
-int			fenceStatsSlot(FenceConn *conn, const char *z, int n);
-void		fenceStatsReject(FenceConn *conn, int slot, sqlite3_int64 token);
 void		fenceStatsFree(FenceConn *conn);
-
-/*
- * The entry of resource z for fence_stats, made if new: its index, or -1
- * when memory ran out. Inline for the accept path: the resource of the
- * previous call is compared eight bytes at a time, no call made.
- */
-static inline int
-fenceStatsFind(FenceConn *conn, const char *z, int n)
-{
-	const struct FenceStats *s = conn->pStats;
-
-	if (s != NULL && s->nLast == n)
-	{
-		const char *a = s->zLast;
-		int			i = 0;
-
-		for (; i + 8 <= n; i += 8)
-		{
-			sqlite3_uint64 x;
-			sqlite3_uint64 y;
-
-			memcpy(&x, a + i, 8);
-			memcpy(&y, z + i, 8);
-			if (x != y)
-				break;
-		}
-		while (i < n && a[i] == z[i])
-			i++;
-		if (i == n)
-			return s->iLast;
-	}
-	return fenceStatsSlot(conn, z, n);
-}
-
-/* Count an accept (bStale 0) or a stale rejection of token at entry slot. */
-static inline void
-fenceStatsCount(FenceConn *conn, int slot, int bStale, sqlite3_int64 token)
-{
-	if (!bStale)
-		conn->pStats->a[slot].accepted++;
-	else
-		fenceStatsReject(conn, slot, token);
-}
-
-/*
- * The accepts the guard's memo answered are counted in FenceConn's first
- * cache line (nMemoAccepts), not in the resource's fence_stats entry, which
- * would be one more line for every row; they go to the entry of
- * memoWrite.statsSlot before that changes and before fence_stats is read.
- */
-static inline void
-fenceStatsSettleMemo(FenceConn *conn)
-{
-	if (conn->nMemoAccepts > 0)
-	{
-		conn->pStats->a[conn->memoWrite.statsSlot].accepted += (sqlite3_int64) conn->nMemoAccepts;
-		conn->nMemoAccepts = 0;
-	}
-}
 
 /* fence_schema_read.c: the schema read whole through an authorizer */
 typedef struct FenceIndexColumn
@@ -483,22 +434,12 @@ int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
 /* fence_protect.c */
-char	   *fenceGuardTag(sqlite3_int64 id, const char *zResource, const char *zUniques);
 char	   *fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl);
 
-/*
- * The RAISE message of every guard trigger, as an SQL literal, given the
- * guard's tag (fenceGuardTag): written by fence_protect, and looked for by
- * admission, which finds a one-resource guard's resource in it, or a per-row
- * guard's UNIQUE indexes.
- */
-#define FENCE_GUARD_RAISE_SQL "'fence guard %s did not run (an authorizer ignored it?): " \
-	"write refused'"
 
 /* fence_protect.c */
 void		fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 void		fenceUnprotectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceSealOldGuards(sqlite3 *db);
 
 /*
  * The entry point (the file name fence.so gives its name), the one symbol

@@ -28,7 +28,7 @@
  * writing many rows of one resource) costs a compare of the resource's
  * bytes, eight at a time, and an increment: no call, no hash.
  */
-#include "fence_sqlite.h"
+#include "fence_stats.h"
 
 #include <string.h>
 
@@ -268,7 +268,7 @@ statsConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 static int
 statsDisconnect(sqlite3_vtab *pVtab)
 {
-	fenceConnRelease(((StatsVtab *) pVtab)->conn);
+	((StatsVtab *) pVtab)->conn->pHooks->xRelease(((StatsVtab *) pVtab)->conn);
 	sqlite3_free(pVtab);
 	return SQLITE_OK;
 }

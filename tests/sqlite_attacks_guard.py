@@ -823,23 +823,6 @@ def default_replace_attacks():
            "fence_protect refuses, or a NULL token commits nothing" % what,
            "protect: %r\nattack: %r\nrows: %r\ntokens: %r" % (err, aerr, rows, tokens))
 
-    # an authorizer blinding the DEFAULTs (dflt_value reads NULL, as for no DEFAULT)
-    path = os.path.join(work, "dflt-blind.db")
-    c = connect(path)
-    c.execute("CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL DEFAULT 'x' UNIQUE, tok INTEGER)")
-
-    def blind(action, a1, a2, db, trigger):
-        return sqlite3.SQLITE_IGNORE if action == sqlite3.SQLITE_READ and a2 == "dflt_value" \
-            else sqlite3.SQLITE_OK
-    c.set_authorizer(blind)
-    err = attempt(c, "SELECT fence_protect('a', 'tok', 'a:', 'k')")
-    c.set_authorizer(None)
-    n = c.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'").fetchone()[0]
-    c.close()
-    ok(err is not None and n == 0,
-       "an authorizer that blinds the columns' DEFAULTs: fence_protect refuses, no guard made",
-       (err, n))
-
     # what the guard does not read: no reason to refuse
     path, c, err, n = setup(30, "CREATE TABLE a(k TEXT PRIMARY KEY, q TEXT NOT NULL UNIQUE, "
                             "at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP, n INTEGER DEFAULT 0, "
@@ -1132,22 +1115,6 @@ def collation_compare_attacks():
         c.close()
         ok("v" in keys, "%s: UPDATE OR REPLACE cannot delete the row of r:v" % what,
            "error: %r\nkeys: %r" % (err, keys))
-    # a guard of the earlier form (its UPDATE triggers compare under the
-    # column's collation), remade here by DDL, is refused until protected again
-    path = os.path.join(work, "collcmp-old.db")
-    c = connect(path)
-    c.executescript("CREATE TABLE t(k TEXT, tok INTEGER, b TEXT COLLATE NOCASE, u TEXT);"
-                    "CREATE UNIQUE INDEX ib ON t(b COLLATE BINARY);"
-                    "SELECT fence_protect('t', 'tok', 'r:', 'k');")
-    for name, sql in c.execute("SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' "
-                               "AND name LIKE 'fence:%:update%'").fetchall():
-        c.execute('DROP TRIGGER "%s"' % name)
-        c.execute(sql.replace(' COLLATE "BINARY")', ")"))
-    err = attempt(c, "INSERT INTO t VALUES ('v', 100, 'X', 'u1')")
-    c.close()
-    ok(err is not None and "compares with OLD" in err,
-       "a guard whose UPDATE look-ups compare with OLD under the column's collation is refused",
-       err)
 
 
 def unique_inside_attacks():
@@ -1221,48 +1188,6 @@ def affinity_attacks():
     before = committed(path, "later")
     unchanged(path, "later", before, "token column changed to TEXT later: writes refused",
               attempt(c, "INSERT INTO later VALUES (2, 6)"))
-    c.close()
-
-
-# ---------------------------------------------------------------------
-# 7. planted views and triggers calling the guard functions
-# ---------------------------------------------------------------------
-def planted_attacks():
-    path = fresh_db()
-    gid = guard_id(path, "acct")
-    args = ("%d, " % gid) if gid is not None else ""
-    call = "fence_guard_write(%s'acct:', 'a', 9223372036854775807)" % args
-    before = committed(path, "acct")
-
-    evil = os.path.join(work, "evil.db")
-    e = connect(evil, load=False)
-    e.execute("CREATE VIEW planted AS SELECT %s AS x" % call)
-    e.execute("CREATE TABLE bait(x)")
-    e.execute("CREATE TRIGGER planted_trg AFTER INSERT ON bait BEGIN SELECT %s; END" % call)
-    e.close()
-    c = connect(path)
-    c.execute("ATTACH ? AS evil", (evil,))
-    err = attempt(c, "SELECT * FROM evil.planted")
-    unchanged(path, "acct", before, "a view planted in an attached file cannot move a fence", err)
-    err = attempt(c, "INSERT INTO evil.bait VALUES (1)")
-    unchanged(path, "acct", before, "a trigger planted in an attached file cannot move a fence", err)
-    c.execute("DETACH evil")
-    # the id computed at run time, from a TEMP view and a view in main
-    dyn = ("fence_guard_write((SELECT min(id) FROM fence_guards), 'acct:', 'a', 9223372036854775807)"
-           if gid is not None else call)
-    c.execute("CREATE TEMP VIEW tplanted AS SELECT %s AS x" % dyn)
-    unchanged(path, "acct", before, "a TEMP view cannot move a fence",
-              attempt(c, "SELECT * FROM tplanted"))
-    c.execute("DROP VIEW tplanted")
-    c.execute("CREATE VIEW mplanted AS SELECT %s AS x" % dyn)
-    unchanged(path, "acct", before, "a view in main cannot move a fence",
-              attempt(c, "SELECT * FROM mplanted"))
-    err = attempt(c, "INSERT INTO acct VALUES ('f', 'uf', 1, 10)")
-    unchanged(path, "acct", before,
-              "while such a view exists, protected writes fail closed", err)
-    c.execute("DROP VIEW mplanted")
-    ok(attempt(c, "INSERT INTO acct VALUES ('f', 'uf', 1, 10)") is None,
-       "after it is dropped they pass again")
     c.close()
 
 
@@ -1500,52 +1425,6 @@ def review2_attacks():
        "a RAISE(IGNORE) trigger created mid-transaction does not skip the AFTER check",
        "%r %r" % (err, rows))
 
-    # an authorizer answering SQLITE_IGNORE for the guard's functions (their
-    # calls give NULL) or for the SELECTs of fence's triggers (skipped)
-    def blind_functions(action, a1, a2, db, trigger):
-        if action == sqlite3.SQLITE_FUNCTION and (a2 or "").startswith("fence_guard_"):
-            return sqlite3.SQLITE_IGNORE
-        return sqlite3.SQLITE_OK
-
-    def blind_selects(action, a1, a2, db, trigger):
-        if action == sqlite3.SQLITE_SELECT and (trigger or "").startswith("fence:"):
-            return sqlite3.SQLITE_IGNORE
-        return sqlite3.SQLITE_OK
-
-    def blind_reads(action, a1, a2, db, trigger):
-        if action == sqlite3.SQLITE_READ and (trigger or "").startswith("fence:"):
-            return sqlite3.SQLITE_IGNORE
-        return sqlite3.SQLITE_OK
-
-    for auth, what in ((blind_functions, "fence_guard_* calls"),
-                       (blind_selects, "the SELECTs of fence's triggers"),
-                       (blind_reads, "the column reads of fence's triggers (NULL)")):
-        for sql in ("UPDATE acct SET v = 99, tok = 1 WHERE k = 'a'",
-                    "UPDATE acct SET v = 99 WHERE k = 'a'",
-                    "INSERT INTO acct VALUES ('c', 'uc', 1, 0)",
-                    "INSERT OR REPLACE INTO acct VALUES ('c', 'ua', 1, 0)",
-                    "DELETE FROM acct WHERE k = 'b'",
-                    "UPDATE single SET v = 99, tok = 1",
-                    "INSERT INTO single VALUES (3, 1, 0)"):
-            path = fresh_db()
-            table = "single" if "single" in sql else "acct"
-            before = committed(path, table)
-            c = connect(path)
-            c.set_authorizer(auth)
-            err = attempt(c, sql)
-            c.set_authorizer(None)
-            c.close()
-            unchanged(path, table, before,
-                      "an authorizer ignoring %s does not pass: %s" % (what, sql), err)
-    path = fresh_db()
-    c = connect(path)
-    c.set_authorizer(lambda *a: sqlite3.SQLITE_OK)
-    err = attempt(c, "UPDATE acct SET v = 2, tok = 9 WHERE k = 'a'")
-    c.close()
-    rows, _ = committed(path, "acct")
-    ok(err is None and rows[0] == ("a", "ua", 2, 9),
-       "an authorizer that allows everything leaves the guard working", "%r %r" % (err, rows))
-
     # a UNIQUE index dropped and made again under its name on other columns
     path = os.path.join(work, "reindex.db")
     c = connect(path)
@@ -1567,63 +1446,6 @@ def review2_attacks():
 # ---------------------------------------------------------------------
 # A one-resource guard's triggers pass only its id: the resource is the one
 # main.fence_guards records, and its triggers name it in their RAISE text.
-# A row edited by hand (to a resource fence would refuse as an argument, or
-# to another one, which would re-point the guard) is refused, never used.
-# ---------------------------------------------------------------------
-def guards_row_attacks():
-    for what, value in (("that is empty", "''"), ("2000 bytes long", "printf('%.2000c', 'x')"),
-                        ("that is another one, with no highest yet", "'other'")):
-        path = fresh_db()
-        c = connect(path, load=False)
-        c.execute("UPDATE fence_guards SET resource = %s WHERE resource = 'single'" % value)
-        c.close()
-        before = committed(path, "single")
-        c = connect(path)
-        err = attempt(c, "UPDATE single SET v = 99, tok = 1000 WHERE id = 1")
-        c.close()
-        unchanged(path, "single", before,
-                  "a guard whose fence_guards row was edited to a resource %s refuses" % what, err)
-
-
-def guards_uniques_attacks():
-    """fence_guards.uniques edited by hand (plain DML) to match a UNIQUE index
-    made after fence_protect, or to '*' (one resource): a REPLACE through the
-    new index must still be refused, never delete another resource's row."""
-    for how in ("appended", "one resource"):
-        path = fresh_db()
-        c = connect(path)
-        c.executescript("""
-            BEGIN;
-            SELECT fence_check('acct:a', 9);
-            UPDATE acct SET v = 2, tok = 9 WHERE k = 'a';
-            COMMIT;
-            SELECT fence_check('acct:b', 8);
-        """)
-        c.close()
-        c = connect(path, load=False)
-        c.execute("CREATE UNIQUE INDEX acct_v ON acct(v)")
-        u = c.execute("SELECT uniques FROM fence_guards WHERE resource = 'acct:'").fetchone()[0]
-        # the signature fence reads now: every UNIQUE index, sorted by name
-        sig = (",".join(sorted(u.split(",") + ['"acct_v"("v" "BINARY")'])) if how == "appended"
-               else "*")
-        c.execute("UPDATE fence_guards SET uniques = ? WHERE resource = 'acct:'", (sig,))
-        c.close()
-        before = committed(path, "acct")
-        c = connect(path)
-        # row b (v = 1; acct:b at 8): a REPLACE of a new key c at token 5
-        # through acct_v deletes it, which only acct:b's token 8 may
-        err = script(c, ["BEGIN", "INSERT OR REPLACE INTO acct VALUES ('c', 'uc', 1, 5)",
-                         "COMMIT"])
-        attempt(c, "ROLLBACK")
-        c.close()
-        after_rows, _ = committed(path, "acct")
-        ok(err is not None and [r for r in after_rows if r[0] == "b"] ==
-           [r for r in before[0] if r[0] == "b"],
-           "fence_guards.uniques edited by hand (%s) to cover a new UNIQUE index: a "
-           "REPLACE through it is refused" % how,
-           "error: %r\nbefore: %r\nafter: %r" % (err, before, after_rows))
-
-
 def main():
     try:
         for part in (attach_attacks, journal_attacks, replace_attacks, collation_attacks,
@@ -1632,9 +1454,8 @@ def main():
                      generated_rowid_attacks, default_replace_attacks, partial_unique_attacks,
                      nolock_attacks, hard_link_attacks,
                      rewriting_trigger_attacks,
-                     collation_compare_attacks, affinity_attacks, planted_attacks, blob_attacks,
-                     shape_attacks, review2_attacks, guards_row_attacks,
-                     guards_uniques_attacks):
+                     collation_compare_attacks, affinity_attacks, blob_attacks,
+                     shape_attacks, review2_attacks):
             try:
                 part()
             except Exception as e:  # a crash in one class must not hide the others

@@ -480,26 +480,11 @@ def case_read_uncommitted(mode):
     b.close()
 
 
-def case_function_override(mode):
-    """An application function named like the watch's: the memory is not used."""
-    path, a = setup("override", mode)
-    a.create_function("fence_tokens_changed", 3, lambda *args: 1)
-    err = attempt(a, "UPDATE t SET n = n + 1, tok = 9 WHERE id = 1",
-                  "UPDATE fence_tokens SET token = 20 WHERE resource = 'r'")
-    err2 = attempt(a, "UPDATE t SET n = 666, tok = 9 WHERE id = 1")
-    ok(err is None and err2 is not None and
-       committed(path, "SELECT count(*) FROM t WHERE n = 666") == [(0,)],
-       "%s: with the watch's function replaced, A's hand raise to 20 still refuses A at 9" % mode,
-       (err, err2))
-    a.close()
-
-
 for mode in ("WAL", "DELETE"):
     case_guard_advance_then_fail(mode, True)
     case_guard_advance_then_fail(mode, False)
     case_shared_cache(mode)
     case_read_uncommitted(mode)
-    case_function_override(mode)
     case_memo_reset(mode)
     case_memo_savepoint(mode)
     case_memo_write_savepoint(mode)

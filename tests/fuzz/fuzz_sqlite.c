@@ -146,7 +146,8 @@ typedef struct Val
 typedef struct Seen
 {
 	int			type;			/* SQLITE_NULL ... SQLITE_BLOB */
-	int64_t		i;				/* for SQLITE_INTEGER */
+	int64_t		i;				/* for SQLITE_INTEGER, and an integral REAL */
+	int			bInt;			/* an integer: INTEGER, or a REAL holding one up to 2^53 */
 	int			n;
 	uint8_t	   *z;				/* malloc'd, n bytes */
 } Seen;
@@ -292,6 +293,19 @@ bindVal(sqlite3_stmt *stmt, int i, const Val *v)
 	}
 }
 
+/* SPEC "Words": a REAL holding an exact integer up to 2^53 is that integer. */
+static void
+seenInt(Seen *s, double d)
+{
+	s->bInt = s->type == SQLITE_INTEGER;
+	if (s->type == SQLITE_FLOAT && d >= -9007199254740992.0 && d <= 9007199254740992.0 &&
+		d == (double) (int64_t) d)
+	{
+		s->bInt = 1;
+		s->i = (int64_t) d;
+	}
+}
+
 /*
  * Ask SQLite what a function will see for v: NaN binds as NULL, UTF-16 is
  * converted, and value_text() of any value is CAST(x AS TEXT), whose bytes
@@ -308,6 +322,7 @@ probe(const Val *v, Seen *s)
 		FAIL("probe failed: %s", sqlite3_errmsg(cur->db));
 	s->type = sqlite3_column_type(stmt, 1);
 	s->i = sqlite3_column_int64(stmt, 1);
+	seenInt(s, sqlite3_column_double(stmt, 1));
 	p = sqlite3_column_blob(stmt, 0);
 	s->n = sqlite3_column_bytes(stmt, 0);
 	s->z = malloc((size_t) s->n + 1);
@@ -712,6 +727,7 @@ run(const char *sql, const Val *args, int nArgs, Outcome *o)
 
 			s->type = sqlite3_column_type(stmt, 0);
 			s->i = sqlite3_column_int64(stmt, 0);
+			seenInt(s, sqlite3_column_double(stmt, 0));
 			s->n = sqlite3_column_bytes(stmt, 0);
 			s->z = malloc((size_t) s->n + 1);
 			if (s->z == NULL)
@@ -835,11 +851,11 @@ wantKeyResource(Want *w, const Seen *prefix, const Seen *key)
 	return 0;
 }
 
-/* A token argument: INTEGER >= 0, never coerced. */
+/* A token argument: an integer >= 0 (seenInt), never coerced. */
 static int
 wantToken(Want *w, const Seen *s)
 {
-	if (s->type != SQLITE_INTEGER || s->i < 0)
+	if (!s->bInt || s->i < 0)
 	{
 		w->kind = WANT_INVALID;
 		w->invalid = "token";
@@ -1321,7 +1337,7 @@ checkTokenAfterWrite(int table, const Seen *keys, int nKeys, const Seen *tok,
 		int			n = rowResource(table, &keys[i], res);
 		int			j = rowsFind(&post.tokens, res, n);
 
-		CHECK(tok->type == SQLITE_INTEGER && tok->i >= 0,
+		CHECK(tok->bInt && tok->i >= 0,
 			  "%s wrote a row with a token of type %d", what, tok->type);
 		CHECK(j >= 0 && post.tokens.r[j].token == tok->i,
 			  "%s wrote token %" PRId64 " but the highest is %" PRId64, what, tok->i,

@@ -18,25 +18,34 @@ CREATE TABLE t_num(id INTEGER PRIMARY KEY, tok NUMERIC);
 SELECT quote(fence_protect('t_num', 'tok', 'num'));
 INSERT INTO t_num VALUES (1, '7');
 SELECT fence_current('num');
+-- a generated token column is refused at fence_protect (issue 27 item 3)
+CREATE TABLE t_gen(id INTEGER PRIMARY KEY, base INTEGER, tok INTEGER AS (base + 1));
+SELECT fence_protect('t_gen', 'tok', 'gen');
+CREATE TABLE t_gens(id INTEGER PRIMARY KEY, base INTEGER, tok INTEGER AS (base + 1) STORED);
+SELECT fence_protect('t_gens', 'tok', 'gen');
+SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name LIKE 't_gen%';
 -- journal_mode=OFF: refused before the first row is written
 CREATE TABLE acct(k TEXT PRIMARY KEY, u TEXT UNIQUE, v INTEGER, tok INTEGER);
 SELECT quote(fence_protect('acct', 'tok', 'acct:', 'k'));
 INSERT INTO acct VALUES ('a', 'ua', 1, 5), ('b', 'ub', 1, 5);
 PRAGMA journal_mode = OFF;
 INSERT INTO acct VALUES ('c', 'uc', 1, 5);
+-- journal_mode=MEMORY too: a holder killed mid-transaction would leave its
+-- rows in the file (issue 27 item 2)
+PRAGMA journal_mode = MEMORY;
+INSERT INTO acct VALUES ('c', 'uc', 1, 5);
+CREATE TABLE scratch(x);
+BEGIN;
+INSERT INTO scratch VALUES (1);
+INSERT INTO acct VALUES ('c', 'uc', 1, 5);
+ROLLBACK;
+SELECT count(*) FROM acct WHERE k = 'c';
 PRAGMA journal_mode = DELETE;
 INSERT INTO acct VALUES ('c', 'uc', 1, 5);
 -- REPLACE through the UNIQUE column u is checked as an UPDATE of row a
 SELECT fence_check('acct:a', 9);
 INSERT OR REPLACE INTO acct VALUES ('d', 'ua', 1, 6);
 SELECT k, u, tok FROM acct ORDER BY k;
--- a view that names a guard function stops every protected write
-CREATE VIEW planted AS SELECT fence_guard_write((SELECT g.id FROM fence_guards AS g
-  JOIN sqlite_schema AS s ON s.name = 'fence:' || g.id || ':delete' WHERE s.tbl_name = 'acct'),
-  'acct:', 'a', 9223372036854775807);
-SELECT * FROM planted;
-INSERT INTO acct VALUES ('e', 'ue', 1, 5);
-DROP VIEW planted;
 INSERT INTO acct VALUES ('e', 'ue', 1, 5);
 -- a UNIQUE index created after fence_protect
 CREATE UNIQUE INDEX acct_v ON acct(v, k);
@@ -58,12 +67,3 @@ SELECT fence_guard_fenced(42, 'acct:', 'a');
 SELECT fence_guard_write(42, 'acct:', 'a', 10);
 ROLLBACK;
 SELECT fence_current('acct:a');
--- a protected table renamed to a name that contains its look-ups' text:
--- refused, saying why, until it is renamed again
-CREATE TABLE named(id INTEGER PRIMARY KEY, tok INTEGER);
-SELECT quote(fence_protect('named', 'tok', 'named'));
-ALTER TABLE named RENAME TO "n AS c WHERE 1";
-INSERT INTO "n AS c WHERE 1" VALUES (1, 5);
-ALTER TABLE "n AS c WHERE 1" RENAME TO named;
-INSERT INTO named VALUES (1, 5);
-SELECT * FROM named;
