@@ -456,7 +456,17 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 	if (notJoined(pVtab))
 		return SQLITE_OK;
 	fenceGuardMemoForget(conn);
-	if (iSavepoint < conn->nMark)
+	if (iSavepoint < 0)
+	{
+		/*
+		 * ROLLBACK TO the savepoint that began the transaction (SAVEPOINT in
+		 * autocommit mode is not counted among db->nSavepoint, so SQLite
+		 * passes -1): everything held goes, and the transaction goes on.
+		 */
+		fence_held_truncate(&conn->held, 0);
+		conn->nMark = 0;
+	}
+	else if (iSavepoint < conn->nMark)
 	{
 		fence_held_truncate(&conn->held, conn->aMark[iSavepoint]);
 		conn->nMark = iSavepoint + 1;	/* the savepoint itself stays open */
