@@ -61,7 +61,10 @@ def acquire_default(con, me):
 
 def write_default(con, token, body):
     try:
-        con.execute("UPDATE report SET body = ?, tok = ? WHERE id = 1", (body, token))
+        # an upsert, so that the guard runs even when no row matches (an
+        # UPDATE of no row checks nothing and fences nothing)
+        con.execute("INSERT INTO report(id, body, tok) VALUES (1, ?, ?) ON CONFLICT(id) "
+                    "DO UPDATE SET body = excluded.body, tok = excluded.tok", (body, token))
         con.execute("INSERT INTO history(body) VALUES (?)", (body,))
         con.commit()
     except BaseException:
@@ -113,7 +116,10 @@ def acquire_pep249(con, me):
 
 def write_pep249(con, token, body):
     try:
-        con.execute("UPDATE report SET body = ?, tok = ? WHERE id = 1", (body, token))
+        # an upsert, so that the guard runs even when no row matches (an
+        # UPDATE of no row checks nothing and fences nothing)
+        con.execute("INSERT INTO report(id, body, tok) VALUES (1, ?, ?) ON CONFLICT(id) "
+                    "DO UPDATE SET body = excluded.body, tok = excluded.tok", (body, token))
         con.execute("INSERT INTO history(body) VALUES (?)", (body,))
         con.commit()
     except BaseException:
