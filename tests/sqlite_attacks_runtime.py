@@ -255,13 +255,18 @@ def current(tmp):
        "fence_current after the lock is gone")
     # a fresh connection under the lock, whose schema is not even loaded yet
     b.execute("BEGIN EXCLUSIVE")
-    c = connect(path)
-    e = error_of(c, "SELECT fence_current('s')")
-    ok(e is not None and "locked" in str(e), "fence_current on a new connection under the lock", e)
+    try:
+        c = connect(path)
+        e = error_of(c, "SELECT fence_current('s')")
+    except sqlite3.OperationalError as load_error:
+        c, e = None, load_error	# SQLite 3.53 reads the schema at load: the load says "locked"
+    ok(e is not None and "locked" in str(e),
+       "fence_current on a new connection under the lock (or, on newer SQLite, its load) says locked", e)
     b.execute("ROLLBACK")
     a.close()
     b.close()
-    c.close()
+    if c is not None:
+        c.close()
 
 
 # ---------------------------------------------------------------------------

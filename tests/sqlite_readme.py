@@ -64,8 +64,11 @@ def quick_start(work):
     report(left == (0, 0, 0) and fresh == 1,
            "quick start: its clean-up leaves no table, token or guard, and a fresh lock service's token 1 "
            "is accepted", (left, fresh))
-    errors = [re.sub(r"^Runtime error near line \d+: ", "", e) for e in r.stderr.splitlines()]
-    stale = quoted_error(sql, "-- Runtime error:")
+    # the 3.40 shell says "Runtime error near line N: MESSAGE (19)", the
+    # 3.52 one "Error near line N: MESSAGE": the message is the same
+    errors = [re.sub(r" \(\d+\)$", "", re.sub(r"^(Runtime error|Error) near line \d+: ", "", e))
+              for e in r.stderr.splitlines()]
+    stale = re.sub(r" \(\d+\)$", "", quoted_error(sql, "-- Runtime error:"))
     report(len(errors) == 2 and errors[0] == stale,
            "quick start: the stale-token error is word for word the one quoted", "\n".join(errors))
     required = quoted_error(sql.split("no token at all:")[1], "-- Runtime error:").replace(" (...)", "")
