@@ -670,6 +670,7 @@ DECLARE
 	old_r text;
 	j jsonb;
 	ddef boolean;
+	dtype regtype;
 	dident boolean;
 	dinh boolean;
 	dname name;
@@ -694,9 +695,17 @@ BEGIN
 	-- inherited, one level at a time (pg_partition_ancestors cost about
 	-- 100 us per row).
 	IF tokcol IS NOT NULL AND TG_NAME <> 'fence_guard' THEN
-		SELECT a.atthasdef OR a.attidentity <> '', a.attidentity <> '', a.attinhcount > 0
-		  INTO ddef, dident, dinh FROM pg_catalog.pg_attribute a
+		SELECT a.atthasdef OR a.attidentity <> '', a.attidentity <> '', a.attinhcount > 0, a.atttypid
+		  INTO ddef, dident, dinh, dtype FROM pg_catalog.pg_attribute a
 		 WHERE a.attrelid = TG_RELID AND a.attname = tokcol AND NOT a.attisdropped;
+		-- a migration to another type (a domain, whose DEFAULT would fill
+		-- the token in): every write fails, as fence_protect would refuse it
+		IF dtype NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype) THEN
+			RAISE EXCEPTION USING ERRCODE = '42804',
+				MESSAGE = format('token column "%s" of "%s" must be bigint, integer or smallint, not %s',
+					tokcol, TG_TABLE_NAME, dtype),
+				HINT = 'Fencing tokens are 64-bit integers: use a bigint column.';
+		END IF;
 		up := TG_RELID;
 		WHILE dinh AND NOT ddef LOOP
 			-- single-table look-ups: a join of them was planned per row
@@ -861,7 +870,8 @@ BEGIN
 				DETAIL = 'Generated columns are computed after BEFORE triggers, so the guard would judge the old value.',
 				HINT = 'Use an ordinary column that the application writes.';
 		END IF;
-		IF coalesce(nullif(att.base, 0), att.atttypid) NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype) THEN
+		-- not a domain over one either: a domain's DEFAULT would fill the token in
+		IF att.atttypid NOT IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype) THEN
 			RAISE EXCEPTION USING ERRCODE = '42804',
 				MESSAGE = format('token column "%s" of "%s" must be bigint, integer or smallint, not %s',
 					token_column, rel.relname, att.typ),
