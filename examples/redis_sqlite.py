@@ -84,8 +84,9 @@ def connect(path):
 
 
 def write_report(con, token, text):
-    """The fenced write: fence_check and the UPDATE in one explicit transaction."""
-    con.execute("BEGIN")
+    """The fenced write: fence_check and the UPDATE in one explicit transaction,
+    which takes the write lock first (an equal accept takes none)."""
+    con.execute("BEGIN IMMEDIATE")
     try:
         con.execute("SELECT fence_check(?, ?)", (RESOURCE, token))
         con.execute("UPDATE report SET body = ? WHERE id = 9", (text,))

@@ -19,7 +19,7 @@ starts worker processes that loop:
                    Redis is the token source
     wait a short window (where the harness's pauses land), then a fenced
     read-modify-write:
-        BEGIN; fence_check(resource, token); SELECT n FROM counter;
+        BEGIN IMMEDIATE; fence_check(resource, token); SELECT n FROM counter;
         UPDATE counter SET n = n_before + 1, tok = token;
         INSERT INTO accepted_log(rid, worker, token, n_before); COMMIT
     (counter and accepted_log are also guarded by fence_protect, one fence
@@ -374,7 +374,7 @@ class SqliteDb:
     def write(self, rid, tok, in_txn_window=0.0, on_fenced=None, wait_go=None):
         con = self.con
         try:
-            con.execute("BEGIN")
+            con.execute("BEGIN IMMEDIATE")	# the write lock first: an equal accept takes none
             con.execute("SELECT fence_check(?, ?)", (resource_name(rid), tok)).fetchall()
             if on_fenced:
                 on_fenced()
