@@ -3,7 +3,8 @@
  *
  * What the PostgreSQL extension's files share: the accept protocol on the
  * token table (fence_tokens.c), the transaction's held fences
- * (fence_xact.c), error reporting (fence.c) and the trigger (fence_trigger.c).
+ * (fence_xact.c), error reporting (fence_errors.c) and the trigger
+ * (fence_trigger.c).
  */
 #ifndef FENCE_PG_H
 #define FENCE_PG_H
@@ -37,7 +38,6 @@ extern bool fence_read_uncommitted_highest(const char *resource, size_t len, int
 extern void fence_resource_locktag(LOCKTAG *tag, const char *resource, size_t len);
 extern void fence_forget(const char *resource, size_t len);
 extern void fence_write_pending(const char *resource, size_t len, int64 token);
-extern void fence_lock_tokens_exclusive(void);
 extern Oid	fence_extension_relid(const char *relname);
 
 /* fence_token_cache.c: the highest per resource, remembered between reads */
@@ -50,7 +50,8 @@ extern void fence_cache_store(uint64 hash, const char *resource, size_t len, int
 extern void fence_cache_signal(Relation tokens);
 
 /* fence_xact.c: what this transaction holds */
-extern void fence_xact_init(void);
+typedef void (*FenceWritePending) (const char *resource, size_t len, int64 token);
+extern void fence_xact_init(FenceWritePending writer);
 extern int64 fence_held_token(const char *resource, size_t len);
 extern void fence_hold(const char *resource, size_t len, int64 token);
 extern int	fence_held_count(void);
@@ -70,7 +71,7 @@ extern void fence_stats_publish(void);
 extern void fence_executor_init(void);
 extern bool fence_executor_maybe_merge(Relation rel);
 
-/* fence.c: errors, with the relation when a trigger reports them */
+/* fence_errors.c: errors, with the relation when a trigger reports them */
 extern void fence_report_stale(Relation rel, const char *resource, size_t len,
 							   int64 token, int64 highest) pg_attribute_noreturn();
 extern void fence_report_missing(Relation rel, FenceMissing why, const char *resource,

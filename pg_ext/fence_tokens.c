@@ -75,6 +75,7 @@
 #include "catalog/pg_extension.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "commands/extension.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -426,11 +427,50 @@ lock_tokens_exclusive(void)
 	return true;
 }
 
-/* For a change of fence_tokens that bypassed fence (fence_token_cache.c). */
-void
-fence_lock_tokens_exclusive(void)
+/* The trigger on fence_tokens: a write that bypassed fence's C code. */
+PG_FUNCTION_INFO_V1(fence_tokens_changed);
+Datum
+fence_tokens_changed(PG_FUNCTION_ARGS)
 {
-	(void) lock_tokens_exclusive();
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("fence_tokens_changed() must be called as a trigger")));
+
+	/*
+	 * Attached to any other table it would take fence_tokens' ExclusiveLock
+	 * below for every row written there, keeping every fence out: 1.5
+	 * revokes EXECUTE from PUBLIC, and this refuses it in an install not
+	 * yet updated (and a superuser's mistake).
+	 */
+	if (RelationGetRelid(trigdata->tg_relation) != tokens_relid())
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("fence_tokens_changed() fires only on fence_tokens, not on \"%s\"",
+						RelationGetRelationName(trigdata->tg_relation)),
+				 errhint("Drop the trigger: fence installs its own on fence_tokens.")));
+
+	/*
+	 * A row changed by anyone but fence's C code (a superuser's DML, COPY, a
+	 * restore, logical replication's apply worker) took none of the
+	 * resource locks that order fence's own changes. Take the lock that
+	 * stands for all of them, fence_tokens' own in EXCLUSIVE mode (the
+	 * escalated advance of fence_tokens.c): the change waits for every open
+	 * fenced transaction, and no fence is accepted until it has committed
+	 * and announced itself, so no backend can be granted a lock, process
+	 * the invalidation queue before the announcement, and answer from a
+	 * stale cache. Such changes are rare; one lock serves a whole bulk load.
+	 * (lock_tokens_exclusive also waits for the same-token fences that hold
+	 * only their resource's lock: "Escalation" above.)
+	 * TRUNCATE and DELETE only remove rows: any accept after them is an
+	 * advance from nothing, which waits for the resource's holders itself.
+	 */
+	if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		(void) lock_tokens_exclusive();
+	fence_cache_signal(trigdata->tg_relation);
+	return PointerGetDatum(NULL);
 }
 
 /*

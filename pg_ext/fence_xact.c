@@ -38,6 +38,13 @@ static FenceHeld written;
 static bool heldReady = false;	/* held and written live in this transaction */
 
 /*
+ * What writes a pending advance into its row at pre-commit: fence_tokens.c's
+ * fence_write_pending, handed over by _PG_init so that this file, below the
+ * token table in the layers, never calls up into it.
+ */
+static FenceWritePending writePending;
+
+/*
  * The held log's first arrays and the first copies of its resources' names,
  * reused by every transaction (the log of one that ended is forgotten,
  * never read again): a transaction with a few fences allocates nothing.
@@ -142,8 +149,9 @@ at_subxact_end(SubXactEvent event, SubTransactionId mySubid,
 }
 
 void
-fence_xact_init(void)
+fence_xact_init(FenceWritePending writer)
 {
+	writePending = writer;
 	RegisterXactCallback(at_xact_end, NULL);
 	RegisterSubXactCallback(at_subxact_end, NULL);
 }
@@ -230,7 +238,7 @@ fence_xact_flush(void)
 		len = written.entries[i].len;
 		h = fence_held_token(resource, len);
 		if (h > written.entries[i].token)
-			fence_write_pending(resource, len, h);
+			writePending(resource, len, h);
 	}
 }
 
