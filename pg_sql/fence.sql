@@ -260,6 +260,31 @@ BEGIN
 END
 $$;
 
+/*
+ * This transaction raised a highest or changed a lease: it commits with
+ * synchronous_commit at least on (remote_apply stays), whatever the session
+ * set (issue 26). SET LOCAL now; and, because a later SET, SET LOCAL or
+ * RESET in the same transaction would undo that, the deferred constraint
+ * trigger fence_sync_commit (on fence_tokens and fence_leases, queued by
+ * the write that called for it) sets it again at COMMIT (row 21 of
+ * docs/sql-edition.md). fence.sync_pending says that such an event is
+ * queued and has not fired yet, so that a transaction queues one, not one
+ * per advance (SET LOCAL: a rolled-back savepoint forgets it together with
+ * the event it queued).
+ */
+CREATE FUNCTION fence__sync_on() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+	_s text;
+BEGIN
+	IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	END IF;
+	_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
+	RETURN true;
+END
+$$;
+
 -- The token this transaction is fenced at on r, or NULL.
 CREATE FUNCTION fence__mine(r text) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
@@ -505,7 +530,7 @@ BEGIN
 	END IF;
 	-- an acknowledged advance must be durable (issue 26): whatever the
 	-- session set, this transaction commits synchronously
-	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	_ok := fence__sync_on();
 	_ok := fence__remember(r, t);
 	RETURN true;
 END
@@ -1062,7 +1087,7 @@ BEGIN
 		END IF;
 		UPDATE fence_leases f SET expires_at = now_ts + ttl_ms * interval '1 millisecond'
 		 WHERE f.resource = fence_acquire.resource;
-		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+		_ok := fence__sync_on();
 		RETURN l.token;
 	END IF;
 	IF FOUND THEN
@@ -1081,7 +1106,7 @@ BEGIN
 	INSERT INTO fence_leases AS f VALUES (resource, holder, top + 1, now_ts + ttl_ms * interval '1 millisecond')
 		ON CONFLICT ON CONSTRAINT fence_leases_pkey DO UPDATE SET holder = excluded.holder, token = excluded.token,
 			expires_at = excluded.expires_at;
-	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	_ok := fence__sync_on();
 	RETURN top + 1;
 END
 $$;
@@ -1092,7 +1117,7 @@ CREATE FUNCTION fence__lease_end(resource text, holder text, token bigint, ttl_m
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-	_s text;
+	_ok boolean;
 	l record;
 	now_ts timestamptz := clock_timestamp();
 BEGIN
@@ -1107,7 +1132,7 @@ BEGIN
 	UPDATE fence_leases f SET expires_at = CASE WHEN ttl_ms IS NULL THEN now_ts
 		ELSE now_ts + ttl_ms * interval '1 millisecond' END
 	 WHERE f.resource = fence__lease_end.resource;
-	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	_ok := fence__sync_on();
 	RETURN true;
 END
 $$;
@@ -1137,6 +1162,59 @@ END
 $$;
 COMMENT ON FUNCTION fence_release(text, text, bigint) IS
 	'end a live lease early; false once it expired or passed to another holder';
+
+-- ---------------------------------------------------------------------
+-- Durability at COMMIT (row 21 of docs/sql-edition.md)
+-- ---------------------------------------------------------------------
+
+/*
+ * The deferred constraint trigger fence_sync_commit fires at COMMIT (and at
+ * PREPARE TRANSACTION) of a transaction that raised a highest or changed a
+ * lease, after every statement of the transaction: it sets
+ * synchronous_commit to at least on again, which a SET, SET LOCAL or RESET
+ * after the advance undid. PostgreSQL reads the setting when it writes the
+ * commit record, after the deferred triggers.
+ *
+ * SET CONSTRAINTS ALL IMMEDIATE (or naming it) fires it before the COMMIT.
+ * So each firing queues it once more, deferred (SET CONSTRAINTS
+ * fence_sync_commit DEFERRED, and a no-op UPDATE of the row), unless it
+ * already did so in this statement (statement_timestamp()): at COMMIT the
+ * event it queues fires at once, in the same statement, and then stops.
+ * What that leaves open: SET CONSTRAINTS ... IMMEDIATE twice in one
+ * query string (one statement_timestamp()) after the advance, then a
+ * weaker synchronous_commit: the second firing does not queue it again.
+ * A deferred trigger of the application that fires after it and lowers
+ * synchronous_commit is code written around fence.
+ */
+CREATE FUNCTION fence__sync_commit() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+	_s text;
+	stamp text := extract(epoch FROM statement_timestamp())::text;
+BEGIN
+	IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	END IF;
+	IF current_setting('fence.sync_armed', true) IS DISTINCT FROM stamp THEN
+		_s := pg_catalog.set_config('fence.sync_armed', stamp, true);
+		_s := pg_catalog.set_config('fence.sync_pending', '', true);
+		EXECUTE format('SET CONSTRAINTS %I.fence_sync_commit DEFERRED', TG_TABLE_SCHEMA);
+		EXECUTE format('UPDATE %I.%I f SET resource = f.resource WHERE f.resource = $1',
+			TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW.resource;
+	END IF;
+	_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
+	RETURN NULL;
+END
+$$;
+
+CREATE CONSTRAINT TRIGGER fence_sync_commit AFTER INSERT OR UPDATE ON fence_tokens
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+	WHEN (pg_catalog.current_setting('fence.sync_pending', true) IS DISTINCT FROM 'on')
+	EXECUTE FUNCTION fence__sync_commit();
+CREATE CONSTRAINT TRIGGER fence_sync_commit AFTER INSERT OR UPDATE ON fence_leases
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+	WHEN (pg_catalog.current_setting('fence.sync_pending', true) IS DISTINCT FROM 'on')
+	EXECUTE FUNCTION fence__sync_commit();
 
 -- ---------------------------------------------------------------------
 -- fence_stats: the shape of the C edition's view. SQL has no memory that a

@@ -111,6 +111,16 @@ if [ "$FENCE_EDITION" = sql ]; then
 		echo "not ok - sql_edition_race.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
 	fi
 	rm -f "$race_out"
+	# an acknowledged advance survives a crash whatever synchronous_commit
+	# the transaction set after it (docs/sql-edition.md, row 21); restarts
+	# this cluster
+	sync_out=$(mktemp)
+	(cd "$PG_WORK" && PG_BINDIR=$PG_BINDIR "$PYTHON" "$FENCE_ROOT/tests/tools/sql_edition_sync_commit.py") 2>&1 | tee "$sync_out"
+	status=${PIPESTATUS[0]}
+	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$sync_out"; then
+		echo "not ok - sql_edition_sync_commit.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
+	fi
+	rm -f "$sync_out"
 fi
 # the Python tests exercise the C edition's internals and its library
 [ "$FENCE_EDITION" = sql ] && exit 0
