@@ -285,6 +285,19 @@ BEGIN
 END
 $$;
 
+-- A key column of a nondeterministic collation: refused by fence_protect
+-- and, once one was given to the column later, by the guard at every write
+-- (the C edition's check_key_type, same message).
+CREATE FUNCTION fence__raise_nondeterministic(col name, rel name) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = '0A000',
+		MESSAGE = format('key column "%s" of "%s" cannot name a fence: its collation is nondeterministic', col, rel),
+		DETAIL = 'Keys that the collation treats as equal would be fenced as different resources.',
+		HINT = 'Use a deterministic collation for the key column, e.g. an ordinary column the application fills with lower(key).';
+END
+$$;
+
 -- The token this transaction is fenced at on r, or NULL.
 CREATE FUNCTION fence__mine(r text) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
@@ -700,6 +713,8 @@ DECLARE
 	dinh boolean;
 	dname name;
 	up oid;
+	ktype text;
+	kcoll oid;
 BEGIN
 	IF TG_WHEN <> 'BEFORE' OR (TG_LEVEL = 'STATEMENT' AND TG_OP <> 'TRUNCATE') OR TG_NARGS <> 4 THEN
 		RAISE EXCEPTION USING ERRCODE = '39P01',
@@ -765,14 +780,23 @@ BEGIN
 		-- the key's type, checked where every write passes (fence_guard_row;
 		-- fence_guard fires first, but its accept is undone with the
 		-- statement when fence_guard_row then refuses)
-		IF TG_NAME = 'fence_guard_row' AND
-		   (SELECT pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
-			 WHERE a.attrelid = TG_RELID AND a.attname = keycol AND NOT a.attisdropped)
-		   IS DISTINCT FROM split_part(kind, '/', 2) THEN
-			RAISE EXCEPTION USING ERRCODE = '42804',
-				MESSAGE = format('key column "%s" of "%s" changed its type after fence_protect()',
-					keycol, TG_TABLE_NAME),
-				HINT = 'Change it back, or protect the table again with fence_protect().';
+		-- and its collation (row 22): one that became nondeterministic
+		-- would make two resources of one key. The collation fence_protect
+		-- saw is the third part of kind; another one is looked up.
+		IF TG_NAME = 'fence_guard_row' THEN
+			SELECT pg_catalog.format_type(a.atttypid, NULL), a.attcollation INTO ktype, kcoll
+			  FROM pg_catalog.pg_attribute a
+			 WHERE a.attrelid = TG_RELID AND a.attname = keycol AND NOT a.attisdropped;
+			IF ktype IS DISTINCT FROM split_part(kind, '/', 2) THEN
+				RAISE EXCEPTION USING ERRCODE = '42804',
+					MESSAGE = format('key column "%s" of "%s" changed its type after fence_protect()',
+						keycol, TG_TABLE_NAME),
+					HINT = 'Change it back, or protect the table again with fence_protect().';
+			END IF;
+			IF kcoll <> 0 AND kcoll::text IS DISTINCT FROM split_part(kind, '/', 3)
+			   AND NOT (SELECT co.collisdeterministic FROM pg_catalog.pg_collation co WHERE co.oid = kcoll) THEN
+				_ok := fence__raise_nondeterministic(keycol, TG_TABLE_NAME);
+			END IF;
 		END IF;
 		-- the key as ::text gives it (bpchar without its padding; inet and
 		-- cidr through their own types); fence_protect allows no other
@@ -933,14 +957,13 @@ BEGIN
 		END IF;
 		IF att.attcollation <> 0 AND NOT (SELECT co.collisdeterministic FROM pg_catalog.pg_collation co
 										   WHERE co.oid = att.attcollation) THEN
-			RAISE EXCEPTION USING ERRCODE = '0A000',
-				MESSAGE = format('key column "%s" of "%s" cannot name a fence: its collation is nondeterministic', key_column, rel.relname),
-				DETAIL = 'Keys that the collation treats as equal would be fenced as different resources.',
-				HINT = 'Use a deterministic collation for the key column, e.g. an ordinary "C" or ICU collation.';
+			_ok := fence__raise_nondeterministic(key_column, rel.relname);
 		END IF;
+		-- how the key becomes text / its type / its collation (checked by
+		-- fence_guard_row at every write)
 		kind := CASE att.base WHEN 'bpchar'::regtype THEN 'bpchar' WHEN 'inet'::regtype THEN 'inet'
 							  WHEN 'cidr'::regtype THEN 'cidr' ELSE '' END
-				|| '/' || pg_catalog.format_type(att.atttypid, NULL);
+				|| '/' || pg_catalog.format_type(att.atttypid, NULL) || '/' || att.attcollation::oid::text;
 	END IF;
 
 	PERFORM fence__unprotect(tbl);
