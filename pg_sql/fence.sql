@@ -270,8 +270,20 @@ $$;
  * docs/sql-edition.md). fence.sync_pending says that such an event is
  * queued and has not fired yet, so that a transaction queues one, not one
  * per advance (SET LOCAL: a rolled-back savepoint forgets it together with
- * the event it queued).
+ * the event it queued); it is set where a row of fence_tokens or
+ * fence_leases was written (fence__advance, the lease functions).
  */
+-- a row of fence_leases was written: synchronous_commit, and the event
+CREATE FUNCTION fence__sync_lease() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+	_s text;
+BEGIN
+	_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
+	RETURN fence__sync_on();
+END
+$$;
+
 CREATE FUNCTION fence__sync_on() RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -280,7 +292,6 @@ BEGIN
 	IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
 		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
 	END IF;
-	_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
 	RETURN true;
 END
 $$;
@@ -406,6 +417,8 @@ CREATE FUNCTION fence__advance(r text, t bigint, k1 integer, k2 integer, esc tex
 LANGUAGE plpgsql AS $$
 DECLARE
 	_ok boolean;
+	_s text;
+	wrote boolean := false;
 	h bigint;
 BEGIN
 	IF esc = 'share' THEN
@@ -424,8 +437,14 @@ BEGIN
 	IF h IS NULL THEN
 		INSERT INTO fence_tokens AS f (resource, token) VALUES (r, t)
 			ON CONFLICT (resource) DO NOTHING;
+		wrote := FOUND;
 	ELSIF t > h THEN
 		UPDATE fence_tokens f SET token = t, updated_at = now() WHERE f.resource = r;
+		wrote := FOUND;
+	END IF;
+	IF wrote THEN
+		-- the write queued fence_sync_commit (unless one is pending)
+		_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
 	END IF;
 	RETURN NULL;
 END
@@ -1110,7 +1129,7 @@ BEGIN
 		END IF;
 		UPDATE fence_leases f SET expires_at = now_ts + ttl_ms * interval '1 millisecond'
 		 WHERE f.resource = fence_acquire.resource;
-		_ok := fence__sync_on();
+		_ok := fence__sync_lease();
 		RETURN l.token;
 	END IF;
 	IF FOUND THEN
@@ -1129,7 +1148,7 @@ BEGIN
 	INSERT INTO fence_leases AS f VALUES (resource, holder, top + 1, now_ts + ttl_ms * interval '1 millisecond')
 		ON CONFLICT ON CONSTRAINT fence_leases_pkey DO UPDATE SET holder = excluded.holder, token = excluded.token,
 			expires_at = excluded.expires_at;
-	_ok := fence__sync_on();
+	_ok := fence__sync_lease();
 	RETURN top + 1;
 END
 $$;
@@ -1155,7 +1174,7 @@ BEGIN
 	UPDATE fence_leases f SET expires_at = CASE WHEN ttl_ms IS NULL THEN now_ts
 		ELSE now_ts + ttl_ms * interval '1 millisecond' END
 	 WHERE f.resource = fence__lease_end.resource;
-	_ok := fence__sync_on();
+	_ok := fence__sync_lease();
 	RETURN true;
 END
 $$;
@@ -1203,6 +1222,7 @@ COMMENT ON FUNCTION fence_release(text, text, bigint) IS
  * fence_sync_commit DEFERRED, and a no-op UPDATE of the row), unless it
  * already did so in this statement (statement_timestamp()): at COMMIT the
  * event it queues fires at once, in the same statement, and then stops.
+ * Nor when the query string is a lone COMMIT, which is the commit.
  * What that leaves open: SET CONSTRAINTS ... IMMEDIATE twice in one
  * query string (one statement_timestamp()) after the advance, then a
  * weaker synchronous_commit: the second firing does not queue it again.
@@ -1218,14 +1238,25 @@ BEGIN
 	IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
 		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
 	END IF;
-	IF current_setting('fence.sync_armed', true) IS DISTINCT FROM stamp THEN
+	-- this event has fired: a later write queues another one
+	_s := pg_catalog.set_config('fence.sync_pending', '', true);
+	-- a query string that is a lone COMMIT (or END) is the commit itself:
+	-- nothing runs after this (the common case, at no further cost)
+	IF current_setting('fence.sync_armed', true) IS DISTINCT FROM stamp
+	   AND coalesce(current_query(), '') !~* '^\s*(commit|end)(\s+(work|transaction))?(\s+and\s+(no\s+)?chain)?\s*;?\s*$' THEN
 		_s := pg_catalog.set_config('fence.sync_armed', stamp, true);
-		_s := pg_catalog.set_config('fence.sync_pending', '', true);
-		EXECUTE format('SET CONSTRAINTS %I.fence_sync_commit DEFERRED', TG_TABLE_SCHEMA);
-		EXECUTE format('UPDATE %I.%I f SET resource = f.resource WHERE f.resource = $1',
-			TG_TABLE_SCHEMA, TG_TABLE_NAME) USING NEW.resource;
+		-- (the first fence_sync_commit on search_path, which is pinned to
+		-- fence's schema: both of its triggers)
+		SET CONSTRAINTS fence_sync_commit DEFERRED;
+		IF TG_TABLE_NAME = 'fence_tokens' THEN
+			UPDATE fence_tokens f SET resource = f.resource WHERE f.resource = NEW.resource;
+		ELSE
+			UPDATE fence_leases f SET resource = f.resource WHERE f.resource = NEW.resource;
+		END IF;
+		IF FOUND THEN
+			_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
+		END IF;
 	END IF;
-	_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
 	RETURN NULL;
 END
 $$;

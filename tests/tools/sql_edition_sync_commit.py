@@ -103,6 +103,14 @@ VARIANTS = [
      ["SET CONSTRAINTS ALL IMMEDIATE", "SET LOCAL synchronous_commit = off"], True),
     ("SET CONSTRAINTS ALL IMMEDIATE before the advance, SET LOCAL synchronous_commit = off",
      None, ["SET LOCAL synchronous_commit = off"], False, ["SET CONSTRAINTS ALL IMMEDIATE"]),
+    ("SET CONSTRAINTS ALL IMMEDIATE in a savepoint rolled back, then SET LOCAL "
+     "synchronous_commit = off", None,
+     ["SAVEPOINT s", "SET CONSTRAINTS ALL IMMEDIATE", "ROLLBACK TO SAVEPOINT s",
+      "SET LOCAL synchronous_commit = off"], False),
+    ("a second advance (another resource) after SET CONSTRAINTS ALL IMMEDIATE, then SET LOCAL "
+     "synchronous_commit = off", None,
+     ["SET CONSTRAINTS ALL IMMEDIATE", "SELECT fence_check('sc:other', 5)",
+      "SET LOCAL synchronous_commit = off"], False),
 ]
 # Not covered (docs/sql-edition.md, row 21): fence_sync_commit fired twice
 # before the COMMIT within one query string (one statement_timestamp()),
