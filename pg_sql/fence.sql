@@ -260,6 +260,55 @@ BEGIN
 END
 $$;
 
+/*
+ * This transaction raised a highest or changed a lease: it commits with
+ * synchronous_commit at least on (remote_apply stays), whatever the session
+ * set (issue 26). SET LOCAL now; and, because a later SET, SET LOCAL or
+ * RESET in the same transaction would undo that, the deferred constraint
+ * trigger fence_sync_commit (on fence_tokens and fence_leases, queued by
+ * the write that called for it) sets it again at COMMIT (row 21 of
+ * docs/sql-edition.md). fence.sync_pending says that such an event is
+ * queued and has not fired yet, so that a transaction queues one, not one
+ * per advance (SET LOCAL: a rolled-back savepoint forgets it together with
+ * the event it queued); it is set where a row of fence_tokens or
+ * fence_leases was written (fence__advance, the lease functions).
+ */
+-- a row of fence_leases was written: synchronous_commit, and the event
+CREATE FUNCTION fence__sync_lease() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+	_s text;
+BEGIN
+	_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
+	RETURN fence__sync_on();
+END
+$$;
+
+CREATE FUNCTION fence__sync_on() RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+	_s text;
+BEGIN
+	IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	END IF;
+	RETURN true;
+END
+$$;
+
+-- A key column of a nondeterministic collation: refused by fence_protect
+-- and, once one was given to the column later, by the guard at every write
+-- (the C edition's check_key_type, same message).
+CREATE FUNCTION fence__raise_nondeterministic(col name, rel name) RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = '0A000',
+		MESSAGE = format('key column "%s" of "%s" cannot name a fence: its collation is nondeterministic', col, rel),
+		DETAIL = 'Keys that the collation treats as equal would be fenced as different resources.',
+		HINT = 'Use a deterministic collation for the key column, e.g. an ordinary column the application fills with lower(key).';
+END
+$$;
+
 -- The token this transaction is fenced at on r, or NULL.
 CREATE FUNCTION fence__mine(r text) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
@@ -368,6 +417,8 @@ CREATE FUNCTION fence__advance(r text, t bigint, k1 integer, k2 integer, esc tex
 LANGUAGE plpgsql AS $$
 DECLARE
 	_ok boolean;
+	_s text;
+	wrote boolean := false;
 	h bigint;
 BEGIN
 	IF esc = 'share' THEN
@@ -386,8 +437,14 @@ BEGIN
 	IF h IS NULL THEN
 		INSERT INTO fence_tokens AS f (resource, token) VALUES (r, t)
 			ON CONFLICT (resource) DO NOTHING;
+		wrote := FOUND;
 	ELSIF t > h THEN
 		UPDATE fence_tokens f SET token = t, updated_at = now() WHERE f.resource = r;
+		wrote := FOUND;
+	END IF;
+	IF wrote THEN
+		-- the write queued fence_sync_commit (unless one is pending)
+		_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
 	END IF;
 	RETURN NULL;
 END
@@ -505,7 +562,7 @@ BEGIN
 	END IF;
 	-- an acknowledged advance must be durable (issue 26): whatever the
 	-- session set, this transaction commits synchronously
-	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	_ok := fence__sync_on();
 	_ok := fence__remember(r, t);
 	RETURN true;
 END
@@ -675,6 +732,8 @@ DECLARE
 	dinh boolean;
 	dname name;
 	up oid;
+	ktype text;
+	kcoll oid;
 BEGIN
 	IF TG_WHEN <> 'BEFORE' OR (TG_LEVEL = 'STATEMENT' AND TG_OP <> 'TRUNCATE') OR TG_NARGS <> 4 THEN
 		RAISE EXCEPTION USING ERRCODE = '39P01',
@@ -740,14 +799,23 @@ BEGIN
 		-- the key's type, checked where every write passes (fence_guard_row;
 		-- fence_guard fires first, but its accept is undone with the
 		-- statement when fence_guard_row then refuses)
-		IF TG_NAME = 'fence_guard_row' AND
-		   (SELECT pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
-			 WHERE a.attrelid = TG_RELID AND a.attname = keycol AND NOT a.attisdropped)
-		   IS DISTINCT FROM split_part(kind, '/', 2) THEN
-			RAISE EXCEPTION USING ERRCODE = '42804',
-				MESSAGE = format('key column "%s" of "%s" changed its type after fence_protect()',
-					keycol, TG_TABLE_NAME),
-				HINT = 'Change it back, or protect the table again with fence_protect().';
+		-- and its collation (row 22): one that became nondeterministic
+		-- would make two resources of one key. The collation fence_protect
+		-- saw is the third part of kind; another one is looked up.
+		IF TG_NAME = 'fence_guard_row' THEN
+			SELECT pg_catalog.format_type(a.atttypid, NULL), a.attcollation INTO ktype, kcoll
+			  FROM pg_catalog.pg_attribute a
+			 WHERE a.attrelid = TG_RELID AND a.attname = keycol AND NOT a.attisdropped;
+			IF ktype IS DISTINCT FROM split_part(kind, '/', 2) THEN
+				RAISE EXCEPTION USING ERRCODE = '42804',
+					MESSAGE = format('key column "%s" of "%s" changed its type after fence_protect()',
+						keycol, TG_TABLE_NAME),
+					HINT = 'Change it back, or protect the table again with fence_protect().';
+			END IF;
+			IF kcoll <> 0 AND kcoll::text IS DISTINCT FROM split_part(kind, '/', 3)
+			   AND NOT (SELECT co.collisdeterministic FROM pg_catalog.pg_collation co WHERE co.oid = kcoll) THEN
+				_ok := fence__raise_nondeterministic(keycol, TG_TABLE_NAME);
+			END IF;
 		END IF;
 		-- the key as ::text gives it (bpchar without its padding; inet and
 		-- cidr through their own types); fence_protect allows no other
@@ -908,14 +976,13 @@ BEGIN
 		END IF;
 		IF att.attcollation <> 0 AND NOT (SELECT co.collisdeterministic FROM pg_catalog.pg_collation co
 										   WHERE co.oid = att.attcollation) THEN
-			RAISE EXCEPTION USING ERRCODE = '0A000',
-				MESSAGE = format('key column "%s" of "%s" cannot name a fence: its collation is nondeterministic', key_column, rel.relname),
-				DETAIL = 'Keys that the collation treats as equal would be fenced as different resources.',
-				HINT = 'Use a deterministic collation for the key column, e.g. an ordinary "C" or ICU collation.';
+			_ok := fence__raise_nondeterministic(key_column, rel.relname);
 		END IF;
+		-- how the key becomes text / its type / its collation (checked by
+		-- fence_guard_row at every write)
 		kind := CASE att.base WHEN 'bpchar'::regtype THEN 'bpchar' WHEN 'inet'::regtype THEN 'inet'
 							  WHEN 'cidr'::regtype THEN 'cidr' ELSE '' END
-				|| '/' || pg_catalog.format_type(att.atttypid, NULL);
+				|| '/' || pg_catalog.format_type(att.atttypid, NULL) || '/' || att.attcollation::oid::text;
 	END IF;
 
 	PERFORM fence__unprotect(tbl);
@@ -1062,7 +1129,7 @@ BEGIN
 		END IF;
 		UPDATE fence_leases f SET expires_at = now_ts + ttl_ms * interval '1 millisecond'
 		 WHERE f.resource = fence_acquire.resource;
-		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+		_ok := fence__sync_lease();
 		RETURN l.token;
 	END IF;
 	IF FOUND THEN
@@ -1081,7 +1148,7 @@ BEGIN
 	INSERT INTO fence_leases AS f VALUES (resource, holder, top + 1, now_ts + ttl_ms * interval '1 millisecond')
 		ON CONFLICT ON CONSTRAINT fence_leases_pkey DO UPDATE SET holder = excluded.holder, token = excluded.token,
 			expires_at = excluded.expires_at;
-	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	_ok := fence__sync_lease();
 	RETURN top + 1;
 END
 $$;
@@ -1092,7 +1159,7 @@ CREATE FUNCTION fence__lease_end(resource text, holder text, token bigint, ttl_m
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 DECLARE
-	_s text;
+	_ok boolean;
 	l record;
 	now_ts timestamptz := clock_timestamp();
 BEGIN
@@ -1107,7 +1174,7 @@ BEGIN
 	UPDATE fence_leases f SET expires_at = CASE WHEN ttl_ms IS NULL THEN now_ts
 		ELSE now_ts + ttl_ms * interval '1 millisecond' END
 	 WHERE f.resource = fence__lease_end.resource;
-	_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	_ok := fence__sync_lease();
 	RETURN true;
 END
 $$;
@@ -1137,6 +1204,71 @@ END
 $$;
 COMMENT ON FUNCTION fence_release(text, text, bigint) IS
 	'end a live lease early; false once it expired or passed to another holder';
+
+-- ---------------------------------------------------------------------
+-- Durability at COMMIT (row 21 of docs/sql-edition.md)
+-- ---------------------------------------------------------------------
+
+/*
+ * The deferred constraint trigger fence_sync_commit fires at COMMIT (and at
+ * PREPARE TRANSACTION) of a transaction that raised a highest or changed a
+ * lease, after every statement of the transaction: it sets
+ * synchronous_commit to at least on again, which a SET, SET LOCAL or RESET
+ * after the advance undid. PostgreSQL reads the setting when it writes the
+ * commit record, after the deferred triggers.
+ *
+ * SET CONSTRAINTS ALL IMMEDIATE (or naming it) fires it before the COMMIT.
+ * So each firing queues it once more, deferred (SET CONSTRAINTS
+ * fence_sync_commit DEFERRED, and a no-op UPDATE of the row), unless it
+ * already did so in this statement (statement_timestamp()): at COMMIT the
+ * event it queues fires at once, in the same statement, and then stops.
+ * Nor when the query string is a lone COMMIT, which is the commit.
+ * What that leaves open: SET CONSTRAINTS ... IMMEDIATE twice in one
+ * query string (one statement_timestamp()) after the advance, then a
+ * weaker synchronous_commit: the second firing does not queue it again.
+ * A deferred trigger of the application that fires after it and lowers
+ * synchronous_commit is code written around fence.
+ */
+CREATE FUNCTION fence__sync_commit() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+	_s text;
+	stamp text := extract(epoch FROM statement_timestamp())::text;
+BEGIN
+	IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
+		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
+	END IF;
+	-- this event has fired: a later write queues another one
+	_s := pg_catalog.set_config('fence.sync_pending', '', true);
+	-- a query string that is a lone COMMIT (or END) is the commit itself:
+	-- nothing runs after this (the common case, at no further cost)
+	IF current_setting('fence.sync_armed', true) IS DISTINCT FROM stamp
+	   AND coalesce(current_query(), '') !~* '^\s*(commit|end)(\s+(work|transaction))?(\s+and\s+(no\s+)?chain)?\s*;?\s*$' THEN
+		_s := pg_catalog.set_config('fence.sync_armed', stamp, true);
+		-- (the first fence_sync_commit on search_path, which is pinned to
+		-- fence's schema: both of its triggers)
+		SET CONSTRAINTS fence_sync_commit DEFERRED;
+		IF TG_TABLE_NAME = 'fence_tokens' THEN
+			UPDATE fence_tokens f SET resource = f.resource WHERE f.resource = NEW.resource;
+		ELSE
+			UPDATE fence_leases f SET resource = f.resource WHERE f.resource = NEW.resource;
+		END IF;
+		IF FOUND THEN
+			_s := pg_catalog.set_config('fence.sync_pending', 'on', true);
+		END IF;
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+CREATE CONSTRAINT TRIGGER fence_sync_commit AFTER INSERT OR UPDATE ON fence_tokens
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+	WHEN (pg_catalog.current_setting('fence.sync_pending', true) IS DISTINCT FROM 'on')
+	EXECUTE FUNCTION fence__sync_commit();
+CREATE CONSTRAINT TRIGGER fence_sync_commit AFTER INSERT OR UPDATE ON fence_leases
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+	WHEN (pg_catalog.current_setting('fence.sync_pending', true) IS DISTINCT FROM 'on')
+	EXECUTE FUNCTION fence__sync_commit();
 
 -- ---------------------------------------------------------------------
 -- fence_stats: the shape of the C edition's view. SQL has no memory that a

@@ -52,7 +52,7 @@ out=$(psql -X -q -At -v ON_ERROR_STOP=1 -U tle_owner -d plain_check \
 	-c "SELECT rolsuper FROM pg_roles WHERE rolname = current_user" \
 	-c "SELECT count(*) FROM pg_proc WHERE pronamespace = 'fencing'::regnamespace AND prosecdef" 2>&1)
 status=$?
-[ $status -eq 0 ] && [ "$(echo "$out" | tail -3 | tr '\n' ' ')" = "3 f 9 " ]
+[ $status -eq 0 ] && [ "$(echo "$out" | tail -3 | tr '\n' ' ')" = "3 f 10 " ]
 report $? "plain form: psql -f pg_sql/fence.sql by a database owner without superuser, into a schema of its choice"
 [ "$(echo "$out" | tail -3 | tr "\n" " ")" = "3 f 9 " ] || echo "$out" | tail -5 | sed 's/^/#   /'
 psql -X -q -d postgres -c "DROP DATABASE plain_check" -c "DROP ROLE tle_owner" >/dev/null 2>&1
