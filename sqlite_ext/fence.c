@@ -98,8 +98,6 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->pProbeMain);
 	sqlite3_finalize(conn->pSchemaProbe);
 	conn->pSchemaProbe = NULL;
-	sqlite3_finalize(conn->pWatchMark);
-	conn->pWatchMark = NULL;
 	conn->pProbeSeen = NULL;
 	sqlite3_finalize(conn->pProbeTemp);
 	sqlite3_finalize(conn->pJournalMode);
@@ -275,7 +273,6 @@ prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreat
 			rc = sqlite3_exec(conn->db, createTokensSql, NULL, NULL, NULL);
 			if (rc != SQLITE_OK)
 				return rc;
-			fenceCacheWatchCreate(conn);	/* only outside an explicit transaction */
 		}
 		rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
 	}
@@ -531,6 +528,8 @@ undoOnError(FenceConn *conn)
 			rc = undoOne(conn, &conn->aUndo[i]);
 		if (rc != SQLITE_OK)
 			conn->bBroken = 1;	/* fail closed: the transaction cannot commit */
+		if (conn->nUndo > 0)
+			fenceCacheForget(conn);	/* the hints hold the undone advances */
 		fenceGuardMemoForget(conn);
 		if (conn->bEnlisted && conn->undoMark <= conn->held.n_entries)
 			fence_held_truncate(&conn->held, conn->undoMark);
@@ -596,7 +595,7 @@ otherSchemaAttached(sqlite3 *db)
 
 /*
  * Remember what was read (out of memory: remember nothing, it is a hint),
- * as a verdict for later transactions when this one is watched
+ * as a verdict for later transactions when this one may take them
  * (fence_cache.c).
  */
 static void
@@ -630,14 +629,10 @@ cachedAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 {
 	const FenceHint *h = &conn->aHint[hintSlot(z, n)];
 
-	if (conn->cacheTxn == FENCE_CACHE_TXN_WATCHED && h->gen == conn->cacheGen &&
+	if (conn->cacheTxn == FENCE_CACHE_TXN_ON && h->gen == conn->cacheGen &&
 		h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
 		memcmp(h->z, z, (size_t) n) == 0)
-	{
-		if (fenceWatchIntact(conn))
-			return h;
-		fenceCacheWatchLost(conn);
-	}
+		return h;
 	return NULL;
 }
 
@@ -661,26 +656,6 @@ fenceHintsFree(FenceConn *conn)
 		sqlite3_free(conn->aHint[i].z);
 		conn->aHint[i].z = NULL;
 	}
-}
-
-/*
- * fence's own write of z's row of fence_tokens is under way: the watch
- * triggers (fence_cache.c) let it through without forgetting the cache,
- * since the caller puts what it wrote into the hint table.
- */
-static void
-writingBegin(FenceConn *conn, const char *z, int n, sqlite3_int64 token, int bReset)
-{
-	conn->zWriting = z;
-	conn->nWriting = n;
-	conn->writingToken = token;
-	conn->bWritingReset = bReset;
-}
-
-static void
-writingEnd(FenceConn *conn)
-{
-	conn->zWriting = NULL;
 }
 
 /*
@@ -722,13 +697,8 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		 * word? A guard's call admitted by the count (fence_guard.c) has
 		 * the schema's word already.
 		 */
-		if ((conn->bInGuard && conn->bByCount) || fenceSchemaCheck(conn) == SQLITE_OK)
-			fenceCacheTxnBegin(conn);
-		else
-		{
-			fenceCacheForget(conn);
-			conn->cacheTxn = FENCE_CACHE_TXN_UNWATCHED;
-		}
+		fenceCacheTxnBegin(conn, (conn->bInGuard && conn->bByCount) ||
+						   fenceSchemaCheck(conn) == SQLITE_OK);
 	}
 	if (rc == SQLITE_OK)
 	{
@@ -784,9 +754,8 @@ acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 			return SQLITE_NOMEM;
 		int			bWrote;
 
-		writingBegin(conn, z, n, token, 0);
+		fenceCacheWrote(conn);
 		rc = runTokenStmt(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token);
-		writingEnd(conn);
 		if (outer)
 			conn->undoChanges = sqlite3_total_changes64(conn->db);
 		if (rc != SQLITE_OK)
@@ -1141,9 +1110,8 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	if (!argResource(ctx, argv[0], &z, &n))
 		return;
 	hintForget(conn, z, n);
-	writingBegin(conn, z, n, 0, 1);
+	fenceCacheWrote(conn);
 	rc = runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, z, n, 0);
-	writingEnd(conn);
 	/* the transaction no longer holds what was forgotten (undone on rollback) */
 	fenceGuardMemoForget(conn);
 	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&

@@ -772,8 +772,8 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 	/*
 	 * Prepared again since it last ran (or new): the schema changed, or
 	 * TEMP's did, or the main database was replaced (ATTACH and
-	 * sqlite3_deserialize expire every statement). The cache's watch
-	 * triggers live in TEMP: forget what it holds.
+	 * sqlite3_deserialize expire every statement, and restart main's data
+	 * version): the cache forgets what it holds.
 	 */
 	{
 		int			i = pp == &conn->pEnlistMain;

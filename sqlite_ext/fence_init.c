@@ -87,7 +87,6 @@ static const FenceFunction initFunctions[] = {
 	{"fence_protect", 3, FENCE_APP_WRITES, fenceProtectFunc},
 	{"fence_protect", 4, FENCE_APP_WRITES, fenceProtectFunc},
 	{"fence_unprotect", 1, FENCE_APP_WRITES, fenceUnprotectFunc},
-	{"fence_tokens_changed", 3, FENCE_APP_WRITES, fenceTokensChangedFunc},
 	{"fence_acquire", 3, FENCE_APP_WRITES, fenceAcquireFunc},
 	{"fence_renew", 4, FENCE_APP_WRITES, fenceRenewFunc},
 	{"fence_release", 3, FENCE_APP_WRITES, fenceReleaseFunc},
@@ -285,7 +284,6 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		 */
 		(void) fenceHeldConnect(conn);
 		(void) fenceHeldCreateEnlist(conn);	/* only outside a transaction */
-		fenceCacheWatchCreate(conn);	/* likewise */
 	}
 	if (rc != SQLITE_OK)
 	{

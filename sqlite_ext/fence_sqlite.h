@@ -77,8 +77,8 @@ typedef struct FenceGuardMemo
 
 /* FenceConn.cacheTxn: what the open transaction may take from the cache */
 #define FENCE_CACHE_TXN_UNKNOWN 0	/* no accept yet (or no transaction) */
-#define FENCE_CACHE_TXN_WATCHED 1	/* verdicts used, and recorded at commit */
-#define FENCE_CACHE_TXN_UNWATCHED 2 /* neither */
+#define FENCE_CACHE_TXN_ON 1		/* verdicts used, and recorded at commit */
+#define FENCE_CACHE_TXN_OFF 2		/* neither */
 
 
 struct FenceConn;
@@ -152,15 +152,8 @@ typedef struct FenceConn
 	unsigned	cacheGen;		/* entries of this generation are verdicts */
 	int			cacheTxn;		/* FENCE_CACHE_TXN_* */
 	int			bCacheRecorded; /* cacheVersion describes what the entries hold */
-	unsigned	cacheVersion;	/* main's data version after the last watched commit */
-	int			bCacheTxnWrote; /* fence_tokens changed in this transaction */
-	int			watchState;		/* watch triggers: 0 unknown, 1 there, 2 not */
-	int			watchRunsState;	/* the watch runs (watchRuns): 0 unknown, 1 yes, 2 no */
-	sqlite3_stmt *pWatchMark;	/* prepared when the watch was last seen (fenceWatchIntact) */
-	const char *zWriting;		/* fence's own write of fence_tokens under way: */
-	int			nWriting;		/* the resource, */
-	sqlite3_int64 writingToken; /* the token written, */
-	int			bWritingReset;	/* or a delete */
+	unsigned	cacheVersion;	/* main's data version after the last recorded commit */
+	int			bCacheTxnWrote; /* fence wrote fence_tokens in this transaction */
 	/* schema changes, seen through the enlisting statement (fence_held.c) */
 	sqlite3_stmt *pEnlistLast;	/* the one the open transaction ran */
 	int			bEnlistSchemaSame;	/* and it ran on the schema last checked */
@@ -234,16 +227,13 @@ fenceGuardMemoForget(FenceConn *conn)
 }
 
 /* fence_cache.c */
-void		fenceCacheWatchCreate(FenceConn *conn);
-void		fenceCacheTxnBegin(FenceConn *conn);
+void		fenceCacheTxnBegin(FenceConn *conn, int bSchemaSame);
 void		fenceCacheForget(FenceConn *conn);
-void		fenceCacheWatchLost(FenceConn *conn);
-int			fenceWatchIntact(const FenceConn *conn);
+void		fenceCacheWrote(FenceConn *conn);
 void		fenceCacheSchemaChanged(FenceConn *conn);
 unsigned	fenceCacheStamp(const FenceConn *conn);
 void		fenceCacheTxnEnd(FenceConn *conn, int bCommitted);
 void		fenceCacheRolledBackTo(FenceConn *conn);
-void		fenceTokensChangedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
 
 /* fence_held.c */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
