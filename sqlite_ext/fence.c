@@ -566,12 +566,7 @@ heldOutOfMemory(FenceConn *conn)
 static unsigned
 hintSlot(const char *z, int n)
 {
-	unsigned	h = 2166136261u;
-	int			i;
-
-	for (i = 0; i < n; i++)
-		h = (h ^ (unsigned char) z[i]) * 16777619u;
-	return h % FENCE_HINTS;
+	return fence_hash(z, (size_t) n) % FENCE_HINTS;
 }
 
 /*

@@ -44,42 +44,6 @@ statsRemember(struct FenceStats *s, int i)
 	return i;
 }
 
-static unsigned
-statsHash(const char *z, int n)
-{
-	unsigned	h = 2166136261u;	/* FNV-1a */
-	int			i;
-
-	for (i = 0; i < n; i++)
-		h = (h ^ (unsigned char) z[i]) * 16777619u;
-	return h;
-}
-
-static int
-statsGrowSlots(struct FenceStats *s)
-{
-	int			nSlot = s->nSlot ? s->nSlot * 2 : 16;
-	int		   *aSlot = sqlite3_malloc64(sizeof(int) * (sqlite3_uint64) nSlot);
-	int			i;
-
-	if (aSlot == NULL)
-		return SQLITE_NOMEM;
-	for (i = 0; i < nSlot; i++)
-		aSlot[i] = -1;
-	for (i = 0; i < s->nEntry; i++)
-	{
-		unsigned	k = s->a[i].hash & (unsigned) (nSlot - 1);
-
-		while (aSlot[k] >= 0)
-			k = (k + 1) & (unsigned) (nSlot - 1);
-		aSlot[k] = i;
-	}
-	sqlite3_free(s->aSlot);
-	s->aSlot = aSlot;
-	s->nSlot = nSlot;
-	return SQLITE_OK;
-}
-
 /*
  * The entry of resource z, made if it has none: its index, or -1 when
  * memory ran out (nothing is then changed). Entries never move their index,
@@ -90,8 +54,7 @@ fenceStatsSlot(FenceConn *conn, const char *z, int n)
 {
 	struct FenceStats *s = conn->pStats;
 	FenceStatEntry *e;
-	unsigned	h;
-	unsigned	k;
+	int64_t		i;
 
 	if (s == NULL)
 	{
@@ -99,22 +62,13 @@ fenceStatsSlot(FenceConn *conn, const char *z, int n)
 		if (s == NULL)
 			return -1;
 		memset(s, 0, sizeof(*s));
+		fence_held_init(&s->index, &fenceSqliteAllocator);
 		s->nLast = -1;
 		conn->pStats = s;
 	}
-	h = statsHash(z, n);
-	if (s->nSlot > 0)
-	{
-		for (k = h & (unsigned) (s->nSlot - 1); s->aSlot[k] >= 0;
-			 k = (k + 1) & (unsigned) (s->nSlot - 1))
-		{
-			e = &s->a[s->aSlot[k]];
-			if (e->hash == h && e->n == n && memcmp(e->resource, z, (size_t) n) == 0)
-				return statsRemember(s, s->aSlot[k]);
-		}
-	}
-	if ((s->nEntry + 1) * 2 > s->nSlot && statsGrowSlots(s) != SQLITE_OK)
-		return -1;
+	i = fence_held_get(&s->index, z, (size_t) n);
+	if (i >= 0)
+		return statsRemember(s, (int) i);
 	if (s->nEntry == s->nAlloc)
 	{
 		int			nAlloc = s->nAlloc ? s->nAlloc * 2 : 8;
@@ -133,10 +87,11 @@ fenceStatsSlot(FenceConn *conn, const char *z, int n)
 	memcpy(e->resource, z, (size_t) n);
 	e->resource[n] = '\0';
 	e->n = n;
-	e->hash = h;
-	for (k = h & (unsigned) (s->nSlot - 1); s->aSlot[k] >= 0; k = (k + 1) & (unsigned) (s->nSlot - 1))
-		;
-	s->aSlot[k] = s->nEntry;
+	if (fence_held_set(&s->index, z, (size_t) n, s->nEntry, 0) != 0)
+	{
+		sqlite3_free(e->resource);
+		return -1;
+	}
 	return statsRemember(s, s->nEntry++);
 }
 
@@ -157,11 +112,7 @@ statsNowMs(void)
 void
 fenceStatsReject(FenceConn *conn, int slot, sqlite3_int64 token)
 {
-	FenceStatEntry *e = &conn->pStats->a[slot];
-
-	e->rejected++;
-	e->lastToken = token;
-	e->lastAtMs = statsNowMs();
+	fence_counts_reject(&conn->pStats->a[slot].counts, token, statsNowMs());
 }
 
 void
@@ -175,7 +126,7 @@ fenceStatsFree(FenceConn *conn)
 	for (i = 0; i < s->nEntry; i++)
 		sqlite3_free(s->a[i].resource);
 	sqlite3_free(s->a);
-	sqlite3_free(s->aSlot);
+	fence_held_free(&s->index);
 	sqlite3_free(s);
 	conn->pStats = NULL;
 }
@@ -308,7 +259,8 @@ statsSettle(StatsCursor *cur)
 {
 	struct FenceStats *s = statsConn(&cur->base)->pStats;
 
-	while (cur->i < cur->nEnd && s->a[cur->i].accepted == 0 && s->a[cur->i].rejected == 0)
+	while (cur->i < cur->nEnd && s->a[cur->i].counts.accepted == 0 &&
+		   s->a[cur->i].counts.rejected == 0)
 		cur->i++;
 }
 
@@ -361,19 +313,19 @@ statsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
 			break;
 		case 1:
 			fenceStatsSettleMemo(statsConn(pCur));	/* guards ran since the scan began */
-			sqlite3_result_int64(ctx, e->accepted);
+			sqlite3_result_int64(ctx, e->counts.accepted);
 			break;
 		case 2:
-			sqlite3_result_int64(ctx, e->rejected);
+			sqlite3_result_int64(ctx, e->counts.rejected);
 			break;
 		case 3:
-			if (e->rejected)
-				sqlite3_result_int64(ctx, e->lastToken);
+			if (e->counts.has_rejection)
+				sqlite3_result_int64(ctx, e->counts.last_token);
 			break;
 		default:
-			if (e->rejected)
+			if (e->counts.has_rejection)
 			{
-				statsFormatTime(e->lastAtMs, buf, (int) sizeof(buf));
+				statsFormatTime(e->counts.last_at, buf, (int) sizeof(buf));
 				sqlite3_result_text(ctx, buf, -1, SQLITE_TRANSIENT);
 			}
 			break;
