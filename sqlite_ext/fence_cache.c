@@ -6,13 +6,16 @@
  * presented last time reads nothing: the common case of a lock holder that
  * writes many short transactions at one token.
  *
- * Provides: fenceCacheTxnBegin, fenceCacheStamp, fenceCacheWrote,
+ * Provides: FenceCache and fenceCacheGet (fence_sqlite.h), fenceCacheSet,
+ * fenceCacheForgetOne, fenceCacheTxnBegin, fenceCacheWrote,
  * fenceCacheForget, fenceCacheTxnEnd, fenceCacheRolledBackTo,
- * fenceCacheSchemaChanged. Calls no other file of sqlite_ext.
+ * fenceCacheSchemaChanged, fenceCacheFree. Calls no other file of
+ * sqlite_ext.
  *
- * The memory is the hint table of fence.c (FenceHint): what this connection
- * last read or wrote as each resource's highest. An entry is a verdict, not
- * only a hint, while its generation is the connection's (conn->cacheGen);
+ * The memory is a table of hints (FenceHint, FENCE_HINTS of them, one per
+ * hash slot): what this connection last read or wrote as each resource's
+ * highest. An entry is a verdict, not only a hint, while its generation is
+ * the connection's (FenceCache.gen);
  * raising the generation forgets every entry at once. A transaction uses
  * verdicts only if, at its first accept (fenceCacheTxnBegin), all of these
  * hold, and otherwise raises the generation first:
@@ -30,7 +33,7 @@
  *   that transaction  changed fence_tokens only through fence's own
  *                     advances and resets, whose results the entries hold,
  *                     and undid none of them: fence's own undo of a failed
- *                     statement forgets (fence.c), and so does a ROLLBACK TO
+ *                     statement forgets (fence_accept.c), and so does a ROLLBACK TO
  *                     or a statement's rollback after fence wrote
  *                     fence_tokens (fenceCacheRolledBackTo: fence_held.c
  *                     hears every savepoint). A transaction that rolls back
@@ -43,7 +46,7 @@
  *                     replace main's pager and so restart its data
  *                     version).
  *   nothing else      no other database is attached (fence then takes
- *                     main's write lock for every accept, fence.c) and main
+ *                     main's write lock for every accept, fence_accept.c) and main
  *                     is not in shared-cache mode.
  *
  * Trust: the application's own writes of fence_tokens (UPDATE, DELETE,
@@ -59,11 +62,13 @@
  * Concurrency: all of it is per connection. Another connection or process
  * can change fence_tokens only by committing, which moves main's data
  * version before this connection's next transaction reads anything; inside
- * a transaction, what this connection reads is its snapshot (see fence.c's
+ * a transaction, what this connection reads is its snapshot (see fence_accept.c's
  * head for why an equal accept's snapshot keeps a later write from
  * committing after a newer token).
  */
 #include "fence_sqlite.h"
+
+#include <string.h>
 
 SQLITE_EXTENSION_INIT3
 
@@ -80,47 +85,38 @@ dataVersion(FenceConn *conn, unsigned *pVersion)
 }
 
 /*
- * May this transaction take verdicts? Not with another database attached
- * (sqlite3_db_name is 3.39's: before it, assume there is one), nor in
- * shared-cache mode, nor before fence knows which (FENCE_SHARED_UNKNOWN).
- */
-static int
-usable(FenceConn *conn)
-{
-	return conn->sharedCache == FENCE_SHARED_NO && sqlite3_libversion_number() >= 3039000 &&
-		sqlite3_db_name(conn->db, 2) == NULL;
-}
-
-/*
- * The first accept of an enlisted transaction, after its schema check
- * (bSchemaSame: it passed) and with main read-locked: may remembered
- * entries be verdicts in it? Entries read from here on carry conn->cacheGen
- * when it may, 0 (never a verdict) when not.
+ * The first accept of an enlisted transaction, with main read-locked: may
+ * remembered entries be verdicts in it? Not unless the caller says so
+ * (bUsable: its schema check passed and main is not in shared-cache mode),
+ * nor with another database attached (sqlite3_db_name is 3.39's: before
+ * it, assume there is one). Entries read from here on carry the
+ * generation when it may, 0 (never a verdict) when not.
  */
 void
-fenceCacheTxnBegin(FenceConn *conn, int bSchemaSame)
+fenceCacheTxnBegin(FenceConn *conn, int bUsable)
 {
+	FenceCache *c = &conn->cache;
 	unsigned	version;
 	int			bOn;
 
-	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
+	if (c->txn != FENCE_CACHE_TXN_UNKNOWN)
 		return;
-	bOn = bSchemaSame && usable(conn);
-	if (!(bOn && conn->bCacheRecorded && dataVersion(conn, &version) &&
-		  version == conn->cacheVersion))
+	bOn = bUsable && sqlite3_libversion_number() >= 3039000 &&
+		sqlite3_db_name(conn->db, 2) == NULL;
+	if (!(bOn && c->bRecorded && dataVersion(conn, &version) && version == c->version))
 		fenceCacheForget(conn);
-	conn->bCacheRecorded = 0;	/* until this transaction commits */
-	conn->cacheTxn = bOn ? FENCE_CACHE_TXN_ON : FENCE_CACHE_TXN_OFF;
+	c->bRecorded = 0;			/* until this transaction commits */
+	c->txn = bOn ? FENCE_CACHE_TXN_ON : FENCE_CACHE_TXN_OFF;
 }
 
 /* Nothing remembered is a verdict any more. */
 void
 fenceCacheForget(FenceConn *conn)
 {
-	conn->cacheGen++;
-	if (conn->cacheGen == 0)
-		conn->cacheGen = 1;		/* 0 marks an entry that is never a verdict */
-	conn->bCacheRecorded = 0;
+	conn->cache.gen++;
+	if (conn->cache.gen == 0)
+		conn->cache.gen = 1;	/* 0 marks an entry that is never a verdict */
+	conn->cache.bRecorded = 0;
 }
 
 /*
@@ -130,7 +126,7 @@ fenceCacheForget(FenceConn *conn)
 void
 fenceCacheWrote(FenceConn *conn)
 {
-	conn->bCacheTxnWrote = 1;
+	conn->cache.bTxnWrote = 1;
 }
 
 /*
@@ -143,37 +139,30 @@ fenceCacheSchemaChanged(FenceConn *conn)
 	fenceCacheForget(conn);
 }
 
-/* The generation an entry read now carries. */
-unsigned
-fenceCacheStamp(const FenceConn *conn)
-{
-	return conn->cacheTxn == FENCE_CACHE_TXN_ON ? conn->cacheGen : 0;
-}
-
 /*
- * The transaction ended. One that took verdicts and committed makes its
- * entries true of the file as it now is: record main's data version after
- * the commit (xCommit comes after the pager's commit). Anything else
- * forgets.
+ * The transaction ended (bCommitted: it committed, fence tracking all it
+ * held). One that took verdicts and committed makes its entries true of
+ * the file as it now is: record main's data version after the commit
+ * (xCommit comes after the pager's commit). Anything else forgets.
  */
 void
 fenceCacheTxnEnd(FenceConn *conn, int bCommitted)
 {
+	FenceCache *c = &conn->cache;
 	unsigned	version;
 
-	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
+	if (c->txn != FENCE_CACHE_TXN_UNKNOWN)
 	{
-		if (bCommitted && conn->cacheTxn == FENCE_CACHE_TXN_ON && !conn->bBroken &&
-			dataVersion(conn, &version))
+		if (bCommitted && c->txn == FENCE_CACHE_TXN_ON && dataVersion(conn, &version))
 		{
-			conn->cacheVersion = version;
-			conn->bCacheRecorded = 1;
+			c->version = version;
+			c->bRecorded = 1;
 		}
 		else
 			fenceCacheForget(conn);
 	}
-	conn->cacheTxn = FENCE_CACHE_TXN_UNKNOWN;
-	conn->bCacheTxnWrote = 0;
+	c->txn = FENCE_CACHE_TXN_UNKNOWN;
+	c->bTxnWrote = 0;
 }
 
 /*
@@ -183,6 +172,52 @@ fenceCacheTxnEnd(FenceConn *conn, int bCommitted)
 void
 fenceCacheRolledBackTo(FenceConn *conn)
 {
-	if (conn->bCacheTxnWrote)
+	if (conn->cache.bTxnWrote)
 		fenceCacheForget(conn);
+}
+
+/*
+ * Remember what was read of z (out of memory: remember nothing, it is a
+ * hint), as a verdict for later transactions when this one may take them.
+ */
+void
+fenceCacheSet(FenceConn *conn, const char *z, int n, int bHas, sqlite3_int64 highest)
+{
+	FenceHint  *h = &conn->cache.aHint[fenceCacheSlot(z, n)];
+
+	h->gen = 0;
+	if (h->z == NULL || h->n != n || memcmp(h->z, z, (size_t) n) != 0)
+	{
+		sqlite3_free(h->z);
+		h->z = sqlite3_malloc(n > 0 ? n : 1);
+		if (h->z == NULL)
+			return;
+		memcpy(h->z, z, (size_t) n);
+		h->n = n;
+	}
+	h->bHas = bHas;
+	h->highest = highest;
+	h->gen = conn->cache.txn == FENCE_CACHE_TXN_ON ? conn->cache.gen : 0;
+}
+
+/* Forget what was remembered of z (fence_reset). */
+void
+fenceCacheForgetOne(FenceConn *conn, const char *z, int n)
+{
+	FenceHint  *h = &conn->cache.aHint[fenceCacheSlot(z, n)];
+
+	if (h->z != NULL && h->n == n && memcmp(h->z, z, (size_t) n) == 0)
+		h->gen = 0;
+}
+
+void
+fenceCacheFree(FenceConn *conn)
+{
+	int			i;
+
+	for (i = 0; i < FENCE_HINTS; i++)
+	{
+		sqlite3_free(conn->cache.aHint[i].z);
+		conn->cache.aHint[i].z = NULL;
+	}
 }

@@ -38,6 +38,13 @@
  *
  * SELECT * FROM fence_held lists the fences the transaction holds. Rows
  * cannot be written: only fence's own code changes them.
+ *
+ * Provides: the modules fence_held, fence_txn, fence_join
+ * (fenceHeldRegister, fenceHeldUnregister), fenceHeldConnect,
+ * fenceHeldEnlist, fenceEnlistForget, fenceHeldCreateEnlist,
+ * fenceConnRelease, fenceSqliteAllocator. Calls no other file of
+ * sqlite_ext: what the files above must hear of a transaction's end goes
+ * through FenceConn.pHooks (fence_init.c).
  */
 #include "fence_sqlite.h"
 
@@ -372,8 +379,7 @@ heldBegin(sqlite3_vtab *pVtab)
 		return SQLITE_OK;
 	conn->pJoined = pVtab;
 	conn->nBegin++;
-	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
-		conn->pHooks->xCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
+	conn->pHooks->xCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
 	return connStartOver(conn, 1);
 }
 
@@ -385,7 +391,7 @@ heldCommit(sqlite3_vtab *pVtab)
 	if (notJoined(pVtab))
 		return SQLITE_OK;
 	conn->pJoined = NULL;
-	conn->pHooks->xCacheTxnEnd(conn, 1);
+	conn->pHooks->xCacheTxnEnd(conn, !conn->bBroken);
 	return connStartOver(conn, 0);
 }
 
@@ -479,7 +485,7 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
  * The attached database this transaction writes while it holds a fence
  * with main only read-locked, or NULL. An equal accept takes no write
  * lock: main's snapshot is what keeps a later write to main from
- * committing after a newer token (fence.c). An attached database has a
+ * committing after a newer token (fence_accept.c). An attached database has a
  * pager of its own, which starts a write on its newest snapshot, so an
  * accept made with one attached takes main's write lock first. But SQLite
  * lets ATTACH run inside a transaction, after its accepts: then the write
@@ -731,7 +737,7 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 
 	/*
 	 * Through main when the caller wants main's write lock first (an
-	 * accept that is likely an advance, fence.c) or when the statement
+	 * accept that is likely an advance, fence_accept.c) or when the statement
 	 * running us already writes main (a guarded write: it locks nothing
 	 * more and costs less than opening a write transaction on TEMP); else
 	 * through TEMP. Either table joins alone: only the first enlisting of a

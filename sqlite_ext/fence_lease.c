@@ -46,6 +46,10 @@
  * without waiting, as SQLite does for every such upgrade.
  *
  * The functions are DIRECTONLY: no view or trigger calls them.
+ *
+ * Provides: fenceAcquireFunc, fenceRenewFunc, fenceReleaseFunc,
+ * fenceLeaseFinalize; FenceLeases (fence_sqlite.h). Calls fence.c for
+ * argument checks and errors.
  */
 #include "fence_sqlite.h"
 
@@ -313,8 +317,8 @@ leaseSideDb(FenceConn *conn, LeaseCall *c)
 	int			ms = 0;
 	int			rc;
 
-	if (conn->pLeaseDb != NULL)
-		return conn->pLeaseDb;
+	if (conn->lease.pDb != NULL)
+		return conn->lease.pDb;
 	if (zFile == NULL || zFile[0] == '\0')
 	{
 		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr,
@@ -323,7 +327,7 @@ leaseSideDb(FenceConn *conn, LeaseCall *c)
 		return NULL;
 	}
 	sqlite3_file_control(conn->db, "main", SQLITE_FCNTL_VFS_POINTER, &pVfs);
-	rc = sqlite3_open_v2(zFile, &conn->pLeaseDb, SQLITE_OPEN_READWRITE,
+	rc = sqlite3_open_v2(zFile, &conn->lease.pDb, SQLITE_OPEN_READWRITE,
 						 pVfs ? pVfs->zName : NULL);
 	if (rc == SQLITE_OK && sqlite3_prepare_v2(conn->db, "PRAGMA busy_timeout", -1, &p,
 											  NULL) == SQLITE_OK &&
@@ -331,22 +335,22 @@ leaseSideDb(FenceConn *conn, LeaseCall *c)
 		ms = sqlite3_column_int(p, 0);
 	sqlite3_finalize(p);
 	if (rc == SQLITE_OK)
-		sqlite3_busy_timeout(conn->pLeaseDb, ms);
+		sqlite3_busy_timeout(conn->lease.pDb, ms);
 	else
 	{
 		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "fence_acquire: %s",
-						 conn->pLeaseDb ? sqlite3_errmsg(conn->pLeaseDb) : "out of memory");
-		sqlite3_close(conn->pLeaseDb);
-		conn->pLeaseDb = NULL;
+						 conn->lease.pDb ? sqlite3_errmsg(conn->lease.pDb) : "out of memory");
+		sqlite3_close(conn->lease.pDb);
+		conn->lease.pDb = NULL;
 	}
-	return conn->pLeaseDb;
+	return conn->lease.pDb;
 }
 
 void
 fenceLeaseFinalize(FenceConn *conn)
 {
-	sqlite3_close(conn->pLeaseDb);
-	conn->pLeaseDb = NULL;
+	sqlite3_close(conn->lease.pDb);
+	conn->lease.pDb = NULL;
 }
 
 /*

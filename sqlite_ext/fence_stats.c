@@ -3,7 +3,10 @@
  *
  * fence_stats: what this connection's fence accepted and refused, per
  * resource, since the connection opened, as an eponymous, read-only
- * virtual table:
+ * virtual table (fenceStatsRegister; the accept path's part is
+ * fence_stats.h: fenceStatsFind, fenceStatsCount, fenceStatsSettleMemo;
+ * fenceStatsFree). Its counts are core's FenceCounts, indexed by core's
+ * FenceHeld table.
  *
  *   SELECT * FROM fence_stats;
  *   resource | accepted | rejected | last_rejected_token | last_rejected_at
