@@ -505,27 +505,13 @@ fenceUndoOnError(FenceConn *conn)
 		for (i = conn->undo.n - 1; i >= 0 && rc == SQLITE_OK; i--)
 			rc = undoOne(conn, &conn->undo.a[i]);
 		if (rc != SQLITE_OK)
-			conn->bBroken = 1;	/* fail closed: the transaction cannot commit */
+			(void) fenceHeldBreak(conn);	/* fail closed: the transaction cannot commit */
 		if (conn->undo.n > 0)
 			fenceCacheForget(conn);	/* the hints hold the undone advances */
-		fenceGuardMemoForget(conn);
-		if (conn->bEnlisted && conn->undo.mark <= conn->held.n_entries)
-			fence_held_truncate(&conn->held, conn->undo.mark);
+		fenceHeldTruncate(conn, conn->undo.mark);
 	}
 	fenceUndoForget(conn);
 	conn->undo.bUndoing = 0;
-}
-
-/*
- * The held-fence log could not record a change (out of memory): from now on
- * the transaction fails closed (FENCE_BROKEN_MSG) until it ends.
- */
-FENCE_COLD static int
-heldOutOfMemory(FenceConn *conn)
-{
-	conn->bBroken = 1;
-	fenceGuardMemoForget(conn);
-	return FENCE_RC_BROKEN;
 }
 
 /* ---------------------------------------------------------------------
@@ -690,11 +676,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
 	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token)
-	{
-		fenceGuardMemoForget(conn);
-		if (fence_held_set(&conn->held, z, (size_t) n, token, 0) != 0)
-			return heldOutOfMemory(conn);
-	}
+		return fenceHeldSet(conn, z, n, token);
 	return rc;
 }
 
@@ -720,9 +702,8 @@ fenceForgetResource(FenceConn *conn, const char *z, int n)
 	fenceCacheWrote(conn);
 	rc = runTokenStmt(conn, &conn->tokens.pDelete, deleteTokenSql, z, n, 0);
 	fenceGuardMemoForget(conn);
-	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
-		fence_held_set(&conn->held, z, (size_t) n, -1, 0) != 0)
-		rc = heldOutOfMemory(conn);
+	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
+		rc = fenceHeldSet(conn, z, n, -1);
 	return rc;
 }
 

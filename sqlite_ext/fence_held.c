@@ -42,7 +42,9 @@
  * Provides: the modules fence_held, fence_txn, fence_join
  * (fenceHeldRegister, fenceHeldUnregister), fenceHeldConnect,
  * fenceHeldEnlist, fenceEnlistForget, fenceHeldCreateEnlist,
- * fenceConnRelease, fenceSqliteAllocator. Calls no other file of
+ * fenceHeldSet (inline, fence_sqlite.h), fenceHeldBreak, fenceHeldTruncate,
+ * fenceConnRetain, fenceConnRelease, fenceSqliteAllocator: it is the one
+ * writer of what the transaction holds (FenceConn.held, bBroken). Calls no other file of
  * sqlite_ext: what the files above must hear of a transaction's end goes
  * through FenceConn.pHooks (fence_init.c).
  */
@@ -99,9 +101,36 @@ connRelease(FenceConn *conn)
 
 /* For fence_stats.c, whose tables hold a reference too. */
 void
+fenceConnRetain(FenceConn *conn)
+{
+	conn->nRef++;
+}
+
+void
 fenceConnRelease(FenceConn *conn)
 {
 	connRelease(conn);
+}
+
+/*
+ * What the transaction holds could not be recorded (out of memory): from
+ * now on it fails closed (FENCE_BROKEN_MSG) until it ends.
+ */
+FENCE_COLD int
+fenceHeldBreak(FenceConn *conn)
+{
+	conn->bBroken = 1;
+	fenceGuardMemoForget(conn);
+	return FENCE_RC_BROKEN;
+}
+
+/* A failed statement's accepts are undone (fence_accept.c): hold what came before n. */
+void
+fenceHeldTruncate(FenceConn *conn, int n)
+{
+	fenceGuardMemoForget(conn);
+	if (conn->bEnlisted && n <= conn->held.n_entries)
+		fence_held_truncate(&conn->held, n);
 }
 
 typedef struct HeldVtab
@@ -613,6 +642,12 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 {
 	int			rc;
 
+	conn->aMark = conn->aMarkFirst;
+	conn->nMarkAlloc = FENCE_MARKS_FIRST;
+	/* a transaction of a few short resources allocates nothing for them */
+	fence_held_init_buffers(&conn->held, &fenceSqliteAllocator, conn->aHeldFirst,
+							FENCE_HELD_FIRST, conn->aHeldBuckets, FENCE_HELD_FIRST);
+	fence_held_use_names(&conn->held, conn->zHeldNames, sizeof(conn->zHeldNames));
 	conn->nRef = 1;				/* the fence_held module's */
 	rc = sqlite3_create_module_v2(db, "fence_held", &heldModule, conn, connDestroy);
 

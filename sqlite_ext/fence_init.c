@@ -247,12 +247,6 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	conn->pHooks = &fenceHooks;
 	conn->cache.gen = 1;
 	conn->guardEpoch = 1;
-	conn->aMark = conn->aMarkFirst;
-	conn->nMarkAlloc = FENCE_MARKS_FIRST;
-	/* a transaction of a few short resources allocates nothing for them */
-	fence_held_init_buffers(&conn->held, &fenceSqliteAllocator, conn->aHeldFirst,
-							FENCE_HELD_FIRST, conn->aHeldBuckets, FENCE_HELD_FIRST);
-	fence_held_use_names(&conn->held, conn->zHeldNames, sizeof(conn->zHeldNames));
 
 	/* from here on the fence_held module owns conn, even when this fails */
 	rc = fenceHeldRegister(db, conn);

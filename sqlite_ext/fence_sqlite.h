@@ -313,6 +313,24 @@ fenceGuardMemoForget(FenceConn *conn)
 		conn->guardEpoch = 1;
 }
 
+/*
+ * fence_held.c is the one writer of what the transaction holds (held,
+ * bBroken); the files above change it through these.
+ */
+int			fenceHeldBreak(FenceConn *conn);
+void		fenceHeldTruncate(FenceConn *conn, int n);
+void		fenceConnRetain(FenceConn *conn);
+
+/* The open transaction holds z at token (-1: no longer holds it). */
+static inline int
+fenceHeldSet(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
+{
+	fenceGuardMemoForget(conn);
+	if (fence_held_set(&conn->held, z, (size_t) n, token, 0) != 0)
+		return fenceHeldBreak(conn);
+	return SQLITE_OK;
+}
+
 /* fence_held.c */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
 void		fenceConnRelease(FenceConn *conn);

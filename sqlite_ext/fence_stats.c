@@ -214,7 +214,7 @@ statsConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 		return SQLITE_NOMEM;
 	memset(vtab, 0, sizeof(*vtab));
 	vtab->conn = pAux;
-	vtab->conn->nRef++;
+	fenceConnRetain(vtab->conn);
 	*ppVtab = &vtab->base;
 	return SQLITE_OK;
 }
