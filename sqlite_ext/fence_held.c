@@ -408,7 +408,8 @@ heldBegin(sqlite3_vtab *pVtab)
 		return SQLITE_OK;
 	conn->pJoined = pVtab;
 	conn->nBegin++;
-	conn->pHooks->xCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
+	if (conn->cache.txn != FENCE_CACHE_TXN_UNKNOWN)
+		conn->pHooks->xCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
 	return connStartOver(conn, 1);
 }
 

@@ -49,16 +49,13 @@
  *
  * Provides: fenceAcquireFunc, fenceRenewFunc, fenceReleaseFunc,
  * fenceLeaseFinalize; FenceLeases (fence_sqlite.h). Calls fence.c for
- * argument checks and errors.
+ * argument checks and errors, fence_stats.c for the clock (fenceNowMs).
  */
 #include "fence_sqlite.h"
 
 #include <string.h>
 
 SQLITE_EXTENSION_INIT3
-
-/* Milliseconds between the Julian day epoch and the Unix epoch. */
-#define JULIAN_UNIX_MS ((sqlite3_int64) 210866760000000)
 
 enum LeaseOp
 {
@@ -178,27 +175,6 @@ leaseWrite(sqlite3 *db, const LeaseCall *c, sqlite3_int64 token, sqlite3_int64 e
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* The default VFS's clock, in ms since the Unix epoch. */
-static int
-leaseNow(sqlite3_int64 *pNow)
-{
-	sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
-	sqlite3_int64 jd = 0;
-	int			rc = SQLITE_ERROR;
-
-	if (vfs && vfs->iVersion >= 2 && vfs->xCurrentTimeInt64)
-		rc = vfs->xCurrentTimeInt64(vfs, &jd);
-	else if (vfs && vfs->xCurrentTime)
-	{
-		double		d = 0;
-
-		rc = vfs->xCurrentTime(vfs, &d);
-		jd = (sqlite3_int64) (d * 86400000.0);
-	}
-	*pNow = jd - JULIAN_UNIX_MS;
-	return rc;
-}
-
 /*
  * Lock, read, decide and write on db, in the savepoint fence_lease (which
  * is the call's own transaction when db is in autocommit mode): all of it
@@ -254,7 +230,7 @@ leaseRun(sqlite3 *db, LeaseCall *c)
 		}
 	}
 	if (rc == SQLITE_OK)
-		rc = leaseNow(&now);
+		rc = fenceNowMs(&now);
 	if (rc == SQLITE_OK)
 		rc = leaseRead(db, c, &bHasHighest, &highest);
 	if (rc == SQLITE_OK && c->op == LEASE_ACQUIRE)

@@ -431,6 +431,7 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 
 /* fence_stats.c (the accept path's inline part: fence_stats.h) */
 int			fenceStatsRegister(sqlite3 *db, FenceConn *conn);
+int			fenceNowMs(sqlite3_int64 *pNow);
 void		fenceStatsFree(FenceConn *conn);
 
 /* fence_schema_read.c: the schema read whole through an authorizer */

@@ -5,8 +5,8 @@
  * resource, since the connection opened, as an eponymous, read-only
  * virtual table (fenceStatsRegister; the accept path's part is
  * fence_stats.h: fenceStatsFind, fenceStatsCount, fenceStatsSettleMemo;
- * fenceStatsFree). Its counts are core's FenceCounts, indexed by core's
- * FenceHeld table.
+ * fenceStatsFree), and fenceNowMs, the clock fence_lease.c reads too. Its
+ * counts are core's FenceCounts, indexed by core's FenceHeld table.
  *
  *   SELECT * FROM fence_stats;
  *   resource | accepted | rejected | last_rejected_token | last_rejected_at
@@ -98,24 +98,40 @@ fenceStatsSlot(FenceConn *conn, const char *z, int n)
 	return statsRemember(s, s->nEntry++);
 }
 
-/* The default VFS's clock, in ms since the Unix epoch; 0 if it fails. */
-static sqlite3_int64
-statsNowMs(void)
+/*
+ * The default VFS's clock, in ms since the Unix epoch (fence_stats'
+ * last_rejected_at, and the leases' clock, fence_lease.c); an error of the
+ * VFS's, *pNow then unspecified.
+ */
+int
+fenceNowMs(sqlite3_int64 *pNow)
 {
 	sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
 	sqlite3_int64 jd = 0;
+	int			rc = SQLITE_ERROR;
 
-	if (vfs && vfs->iVersion >= 2 && vfs->xCurrentTimeInt64 &&
-		vfs->xCurrentTimeInt64(vfs, &jd) == SQLITE_OK)
-		return jd - (sqlite3_int64) 210866760000000;
-	return 0;
+	if (vfs && vfs->iVersion >= 2 && vfs->xCurrentTimeInt64)
+		rc = vfs->xCurrentTimeInt64(vfs, &jd);
+	else if (vfs && vfs->xCurrentTime)
+	{
+		double		d = 0;
+
+		rc = vfs->xCurrentTime(vfs, &d);
+		jd = (sqlite3_int64) (d * 86400000.0);
+	}
+	*pNow = jd - (sqlite3_int64) 210866760000000;	/* the Julian day epoch, in ms */
+	return rc;
 }
 
 /* A stale rejection of token for the resource of slot. */
 void
 fenceStatsReject(FenceConn *conn, int slot, sqlite3_int64 token)
 {
-	fence_counts_reject(&conn->pStats->a[slot].counts, token, statsNowMs());
+	sqlite3_int64 now;
+
+	if (fenceNowMs(&now) != SQLITE_OK)
+		now = 0;
+	fence_counts_reject(&conn->pStats->a[slot].counts, token, now);
 }
 
 void
