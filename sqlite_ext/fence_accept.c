@@ -675,8 +675,9 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		}
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token)
-		return fenceHeldSet(conn, z, n, token);
+	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token &&
+		fenceHeldSet(conn, z, n, token) != 0)
+		return fenceHeldBreak(conn);
 	return rc;
 }
 
@@ -702,8 +703,9 @@ fenceForgetResource(FenceConn *conn, const char *z, int n)
 	fenceCacheWrote(conn);
 	rc = runTokenStmt(conn, &conn->tokens.pDelete, deleteTokenSql, z, n, 0);
 	fenceGuardMemoForget(conn);
-	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
-		rc = fenceHeldSet(conn, z, n, -1);
+	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
+		fenceHeldSet(conn, z, n, -1) != 0)
+		rc = fenceHeldBreak(conn);
 	return rc;
 }
 

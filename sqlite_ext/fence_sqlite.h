@@ -321,14 +321,15 @@ int			fenceHeldBreak(FenceConn *conn);
 void		fenceHeldTruncate(FenceConn *conn, int n);
 void		fenceConnRetain(FenceConn *conn);
 
-/* The open transaction holds z at token (-1: no longer holds it). */
+/*
+ * The open transaction holds z at token (-1: no longer holds it); nonzero
+ * when that could not be recorded, and the caller must fenceHeldBreak.
+ */
 static inline int
 fenceHeldSet(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 {
 	fenceGuardMemoForget(conn);
-	if (fence_held_set(&conn->held, z, (size_t) n, token, 0) != 0)
-		return fenceHeldBreak(conn);
-	return SQLITE_OK;
+	return fence_held_set(&conn->held, z, (size_t) n, token, 0);
 }
 
 /* fence_held.c */
