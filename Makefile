@@ -35,7 +35,7 @@ HIDDEN    = -fvisibility=hidden
 
 CORE_SRC    = core/fence_core.c core/fence_held.c
 CORE_HDR    = core/fence_core.h core/fence_held.h
-SQLITE_SRC  = sqlite_ext/fence.c sqlite_ext/fence_guard.c sqlite_ext/fence_held.c sqlite_ext/fence_protect.c \
+SQLITE_SRC  = sqlite_ext/fence.c sqlite_ext/fence_accept.c sqlite_ext/fence_guard.c sqlite_ext/fence_held.c sqlite_ext/fence_protect.c \
               sqlite_ext/fence_lease.c sqlite_ext/fence_stats.c sqlite_ext/fence_cache.c \
               sqlite_ext/fence_schema_read.c sqlite_ext/fence_init.c
 SQLITE_HDR  = sqlite_ext/fence_sqlite.h sqlite_ext/fence_stats.h

@@ -54,6 +54,59 @@ fence_verdict_accepts(FenceVerdict v)
 /* The accept rule: accept when there is no highest or token >= highest. */
 FenceVerdict fence_decide(int has_highest, int64_t highest, int64_t token);
 
+/*
+ * The hash of a resource's bytes (FNV-1a, 32 bits) that the tables keyed by
+ * resource use: the held log (fence_held.c), SQLite's hints and counts.
+ */
+static inline uint32_t
+fence_hash(const char *z, size_t n)
+{
+	uint32_t	h = 2166136261u;
+	size_t		i;
+
+	for (i = 0; i < n; i++)
+		h = (h ^ (unsigned char) z[i]) * 16777619u;
+	return h;
+}
+
+/*
+ * What fence_stats shows of one resource in either engine: accepts and
+ * stale rejections since the counts began, and the last rejection's token
+ * and time (in the engine's own clock unit: ms since the Unix epoch in
+ * SQLite, a TimestampTz in PostgreSQL), valid once has_rejection.
+ */
+typedef struct FenceCounts
+{
+	int64_t		accepted;
+	int64_t		rejected;
+	int64_t		last_token;
+	int64_t		last_at;
+	int			has_rejection;
+} FenceCounts;
+
+static inline void
+fence_counts_reject(FenceCounts *c, int64_t token, int64_t at)
+{
+	c->rejected++;
+	c->last_token = token;
+	c->last_at = at;
+	c->has_rejection = 1;
+}
+
+/* Add from's counts to to's; from's last rejection, if any, is the later. */
+static inline void
+fence_counts_add(FenceCounts *to, const FenceCounts *from)
+{
+	to->accepted += from->accepted;
+	to->rejected += from->rejected;
+	if (from->has_rejection)
+	{
+		to->last_token = from->last_token;
+		to->last_at = from->last_at;
+		to->has_rejection = 1;
+	}
+}
+
 /* Validation of already-typed values (types are the engine's business). */
 FenceProblem fence_check_resource(const char *resource, size_t len);
 FenceProblem fence_check_token(int64_t token);

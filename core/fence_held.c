@@ -4,6 +4,7 @@
  * The held-fence log both engines share; see fence_held.h for the design.
  * Plain C with the engine's allocator, so it runs standalone under ASan.
  */
+#include "fence_core.h"
 #include "fence_held.h"
 
 #include <string.h>
@@ -64,17 +65,6 @@ held_name_buffered(const FenceHeld *held, const char *p)
 	return held->names != NULL && p >= held->names && p < held->names + held->names_size;
 }
 
-static uint32_t
-held_hash(const char *z, size_t n)
-{
-	uint32_t	h = 2166136261u;	/* FNV-1a */
-	size_t		i;
-
-	for (i = 0; i < n; i++)
-		h = (h ^ (unsigned char) z[i]) * 16777619u;
-	return h;
-}
-
 static int
 held_find(const FenceHeld *held, const char *z, size_t n, uint32_t h)
 {
@@ -96,7 +86,7 @@ held_find(const FenceHeld *held, const char *z, size_t n, uint32_t h)
 int64_t
 fence_held_get(const FenceHeld *held, const char *resource, size_t len)
 {
-	int			i = held_find(held, resource, len, held_hash(resource, len));
+	int			i = held_find(held, resource, len, fence_hash(resource, len));
 
 	return i < 0 ? -1 : held->entries[i].token;
 }
@@ -181,7 +171,7 @@ int
 fence_held_set(FenceHeld *held, const char *resource, size_t len, int64_t token,
 			   uint32_t tag)
 {
-	return held_set_hashed(held, resource, len, held_hash(resource, len), token, tag);
+	return held_set_hashed(held, resource, len, fence_hash(resource, len), token, tag);
 }
 
 void
@@ -251,7 +241,7 @@ int
 fence_held_replace(FenceHeld *held, const char *resource, size_t len, int64_t token,
 				   uint32_t tag)
 {
-	uint32_t	h = held_hash(resource, len);
+	uint32_t	h = fence_hash(resource, len);
 	int			i = held_find(held, resource, len, h);
 
 	/* no undo point lies between an entry and a later one of the same tag */

@@ -64,15 +64,6 @@
 /* rows of the NULL resource in shared memory: one per database, at most */
 #define OVERFLOW_ROWS 64
 
-typedef struct StatsCounts
-{
-	int64		accepted;
-	int64		rejected;
-	int64		lastToken;		/* valid when hasRejection */
-	TimestampTz lastAt;
-	bool		hasRejection;
-} StatsCounts;
-
 /* shared memory: one entry per (database, resource); "" is the NULL row */
 typedef struct StatsKey
 {
@@ -80,11 +71,12 @@ typedef struct StatsKey
 	char		resource[FENCE_RESOURCE_MAX + 1];
 } StatsKey;
 
+/* counts: core's FenceCounts, last_at a TimestampTz */
 typedef struct SharedStat
 {
 	StatsKey	key;
 	slock_t		mutex;			/* guards counts */
-	StatsCounts counts;
+	FenceCounts counts;
 } SharedStat;
 
 typedef struct StatsShared
@@ -97,7 +89,7 @@ typedef struct StatsShared
 /* backend memory: one entry per resource counted, in localIndex's order */
 typedef struct LocalStat
 {
-	StatsCounts counts;			/* totals, or with shared memory what is unpublished */
+	FenceCounts counts;			/* totals, or with shared memory what is unpublished */
 	SharedStat *shared;			/* where they are published, once looked up */
 	bool		dirty;
 } LocalStat;
@@ -340,23 +332,7 @@ fence_stats_rejected(const char *resource, size_t len, int64 token)
 {
 	LocalStat  *s = local_stat(resource, len);
 
-	s->counts.rejected++;
-	s->counts.lastToken = token;
-	s->counts.lastAt = GetCurrentTimestamp();
-	s->counts.hasRejection = true;
-}
-
-static void
-counts_add(StatsCounts *to, const StatsCounts *from)
-{
-	to->accepted += from->accepted;
-	to->rejected += from->rejected;
-	if (from->hasRejection)
-	{
-		to->lastToken = from->lastToken;
-		to->lastAt = from->lastAt;
-		to->hasRejection = true;
-	}
+	fence_counts_reject(&s->counts, token, GetCurrentTimestamp());
 }
 
 /*
@@ -388,7 +364,7 @@ shared_entry(const char *resource, size_t len)
 		if (e && !found)
 		{
 			SpinLockInit(&e->mutex);
-			memset(&e->counts, 0, sizeof(StatsCounts));
+			memset(&e->counts, 0, sizeof(FenceCounts));
 			shared->nResources++;
 		}
 	}
@@ -403,7 +379,7 @@ shared_entry(const char *resource, size_t len)
 			if (e && !found)
 			{
 				SpinLockInit(&e->mutex);
-				memset(&e->counts, 0, sizeof(StatsCounts));
+				memset(&e->counts, 0, sizeof(FenceCounts));
 				shared->nOverflow++;
 			}
 		}
@@ -432,17 +408,17 @@ fence_stats_publish(void)
 		if (s->shared)
 		{
 			SpinLockAcquire(&s->shared->mutex);
-			counts_add(&s->shared->counts, &s->counts);
+			fence_counts_add(&s->shared->counts, &s->counts);
 			SpinLockRelease(&s->shared->mutex);
 		}
-		memset(&s->counts, 0, sizeof(StatsCounts));
+		memset(&s->counts, 0, sizeof(FenceCounts));
 		s->dirty = false;
 	}
 	nDirty = 0;
 }
 
 static void
-put_row(ReturnSetInfo *rsinfo, const char *resource, size_t len, const StatsCounts *c)
+put_row(ReturnSetInfo *rsinfo, const char *resource, size_t len, const FenceCounts *c)
 {
 	Datum		values[5];
 	bool		nulls[5] = {false, false, false, false, false};
@@ -453,9 +429,9 @@ put_row(ReturnSetInfo *rsinfo, const char *resource, size_t len, const StatsCoun
 		nulls[0] = true;
 	values[1] = Int64GetDatum(c->accepted);
 	values[2] = Int64GetDatum(c->rejected);
-	values[3] = Int64GetDatum(c->lastToken);
-	values[4] = TimestampTzGetDatum(c->lastAt);
-	nulls[3] = nulls[4] = !c->hasRejection;
+	values[3] = Int64GetDatum(c->last_token);
+	values[4] = TimestampTzGetDatum(c->last_at);
+	nulls[3] = nulls[4] = !c->has_rejection;
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
@@ -480,7 +456,7 @@ fence_stats_read(PG_FUNCTION_ARGS)
 		hash_seq_init(&status, sharedHash);
 		while ((e = hash_seq_search(&status)) != NULL)
 		{
-			StatsCounts c;
+			FenceCounts c;
 
 			if (e->key.dbid != MyDatabaseId)
 				continue;

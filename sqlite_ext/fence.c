@@ -1,8 +1,7 @@
 /*
  * fence.c
  *
- * The SQLite loadable extension: entry point sqlite3_fence_init, the token
- * table main.fence_tokens, and every SQL function of SPEC.md:
+ * The SQL functions of the SQLite extension (SPEC.md):
  *
  *   fence_check(resource, token)       -> token, or a stale-token error
  *   fence_try(resource, token)         -> 1 accepted, 0 stale
@@ -24,29 +23,10 @@
  *   fence_guard_fenced(G, prefix, key)            a fence on the resource
  *   fence_guard_ready(G, resource_or_prefix, keyed)  admission alone
  *
- * Concurrency: SQLite has one writer per database file. An accept first
- * enlists fence_held (fence_held.c) through a virtual table in TEMP, which
- * takes main's read lock but not its write lock, then reads fence_tokens in
- * the transaction's read snapshot, or takes the highest from what this
- * connection remembers of its last transaction when nothing has changed
- * the file since (fence_cache.c, which says how that is known; the
- * snapshot is the same one). An equal accept writes nothing and so takes
- * no write lock:
- * transactions fenced at the same token do not wait for each other. The
- * read pins the snapshot (WAL) or holds the SHARED lock (rollback journal)
- * until the transaction ends, and any write the transaction makes later
- * (an advance of fence_tokens, a guarded row) needs the write lock: in WAL
- * a snapshot older than the newest commit cannot take it
- * (SQLITE_BUSY_SNAPSHOT), and in rollback-journal mode nobody can commit
- * while the SHARED lock is held. So a higher token committed after our read
- * ends our transaction in SQLITE_BUSY or the stale error, never in a
- * committed write at the older token (SPEC.md "SQLite specifics").
- *
- * Trust: fence reads and writes fence_tokens as SQLite gives it; an
- * authorizer or trigger of the application's that changes what fence's own
- * statements read or write is trusted code (docs/trust.md). An application
- * table that holds the name fence_tokens with another shape is refused,
- * never adopted (fenceOwnTableShape).
+ * Provides: the SQL functions (fenceCoreFunctions, registered by
+ * fence_init.c), and for fence_lease.c fence_check's validation and errors
+ * (fenceArgResource, fenceArgToken, fenceResultError). The token table and
+ * the accept rule, with their concurrency contract, are fence_accept.c's.
  *
  * Errors: a stale or missing token is SQLITE_CONSTRAINT_FUNCTION, invalid
  * input SQLITE_ERROR (not SQLITE_MISMATCH: Python maps that to
@@ -63,768 +43,6 @@
  */
 SQLITE_EXTENSION_INIT1
 
-static const char createTokensSql[] =
-"CREATE TABLE IF NOT EXISTS main.fence_tokens" FENCE_TOKENS_COLUMNS;
-
-static const char selectTokenSql[] =
-"SELECT token, updated_at FROM main.fence_tokens WHERE resource = ?1";
-
-/* puts back what an accept inside a failed statement changed */
-static const char restoreTokenSql[] =
-"UPDATE main.fence_tokens SET token = ?2, updated_at = ?3 WHERE resource = ?1";
-
-/* updated_at moves only when the token rises (SPEC.md "highest accepted") */
-static const char advanceTokenSql[] =
-"INSERT INTO main.fence_tokens(resource, token, updated_at) "
-"VALUES (?1, ?2, strftime('%Y-%m-%d %H:%M:%f', 'now')) "
-"ON CONFLICT(resource) DO UPDATE SET token = excluded.token, "
-"updated_at = excluded.updated_at WHERE excluded.token > fence_tokens.token";
-
-static const char deleteTokenSql[] =
-"DELETE FROM main.fence_tokens WHERE resource = ?1";
-
-/* ---------------------------------------------------------------------
- * Cached statements and the token table
- * ------------------------------------------------------------------ */
-
-void
-fenceFinalizeStatements(FenceConn *conn)
-{
-	sqlite3_finalize(conn->pSelectToken);
-	sqlite3_finalize(conn->pAdvanceToken);
-	sqlite3_finalize(conn->pDeleteToken);
-	fenceEnlistForget(conn, &conn->pEnlist);
-	fenceEnlistForget(conn, &conn->pEnlistMain);
-	sqlite3_finalize(conn->pProbeMain);
-	sqlite3_finalize(conn->pSchemaProbe);
-	conn->pSchemaProbe = NULL;
-	sqlite3_finalize(conn->pWatchMark);
-	conn->pWatchMark = NULL;
-	conn->pProbeSeen = NULL;
-	sqlite3_finalize(conn->pProbeTemp);
-	sqlite3_finalize(conn->pJournalMode);
-	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = conn->pEnlist = NULL;
-	conn->pEnlistMain = NULL;
-	conn->pProbeMain = conn->pProbeTemp = conn->pJournalMode = NULL;
-}
-
-/*
- * Keep SQLite's message for rc: the calls that follow a failed step (a
- * finalize, another query) replace the connection's message, and the user
- * must read the real one ("database is locked"), not "not an error".
- */
-FENCE_COLD static void
-saveError(FenceConn *conn, int rc)
-{
-	conn->savedRc = rc;
-	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s",
-					 sqlite3_errmsg(conn->db));
-}
-
-/*
- * fence_tokens' shape, checked when a statement that names it is first
- * prepared, and again whenever SQLite re-prepares one (the schema changed:
- * another connection may have dropped the table and made another).
- */
-static int
-tokenTableTrusted(FenceConn *conn)
-{
-	char	   *zErr = NULL;
-	int			rc = fenceOwnTableShape(conn->db, "fence_tokens", &zErr);
-
-	if (rc != SQLITE_OK && zErr != NULL)
-	{
-		conn->savedRc = rc;
-		sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr, "%s", zErr);
-	}
-	sqlite3_free(zErr);
-	return rc;
-}
-
-/*
- * Does main.fence_tokens exist? Asked of the database file, not of the
- * schema this connection cached: another connection may have created the
- * table since (reading sqlite_master checks the schema cookie and reloads a
- * stale schema), and under another connection's lock the answer is that
- * lock's error (SQLITE_BUSY, with its message), never "no table".
- */
-static int
-tokenTableExists(FenceConn *conn, int *pExists)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			rc;
-
-	*pExists = 0;
-	rc = sqlite3_prepare_v2(conn->db,
-							"SELECT 1 FROM main.sqlite_master "
-							"WHERE type = 'table' AND name = 'fence_tokens'",
-							-1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		rc = sqlite3_step(stmt);
-		*pExists = rc == SQLITE_ROW;
-		if (rc == SQLITE_ROW || rc == SQLITE_DONE)
-			rc = SQLITE_OK;
-		else
-			sqlite3_reset(stmt);	/* keeps the step's message on the connection */
-	}
-	if (rc != SQLITE_OK)
-		saveError(conn, rc);	/* before finalize clears the message */
-	sqlite3_finalize(stmt);
-	return rc;
-}
-
-/*
- * Does this connection share its page cache (shared-cache mode: a
- * file:...?cache=shared URI, SQLITE_OPEN_SHAREDCACHE, or
- * sqlite3_enable_shared_cache)? There, connections of one process see each
- * other's pages at once and are kept apart by table locks, which SQLite
- * codes into a statement that reads a table (OP_TableLock) only then: the
- * plan of a read of fence_tokens says. Asked once, when fence_tokens is
- * first read; unknown (so never taken as "not shared") until then.
- */
-static void
-detectSharedCache(FenceConn *conn)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			shared = FENCE_SHARED_UNKNOWN;
-
-	if (sqlite3_prepare_v2(conn->db, "EXPLAIN SELECT 1 FROM main.fence_tokens", -1, &stmt,
-						   NULL) == SQLITE_OK)
-	{
-		int			rc;
-
-		shared = FENCE_SHARED_NO;
-		while ((rc = sqlite3_step(stmt)) == SQLITE_ROW)
-		{
-			const char *zOp = (const char *) sqlite3_column_text(stmt, 1);
-
-			if (zOp == NULL)
-			{
-				shared = FENCE_SHARED_UNKNOWN;	/* blinded: cannot tell */
-				break;
-			}
-			if (strcmp(zOp, "TableLock") == 0)
-				shared = FENCE_SHARED_YES;
-		}
-		if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-			shared = FENCE_SHARED_UNKNOWN;
-	}
-	sqlite3_finalize(stmt);
-	conn->sharedCache = shared;
-}
-
-/*
- * In shared-cache mode, PRAGMA read_uncommitted lets this connection read
- * fence_tokens as another connection's open transaction left it, without
- * the table lock that would otherwise keep that connection from
- * committing under our verdict: a token it then rolls back could be
- * judged equal. fence refuses to judge then.
- */
-static int
-readUncommittedRefused(FenceConn *conn, const char *z, int n)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			rc;
-	int			bOn = 1;
-
-	rc = sqlite3_prepare_v2(conn->db, "PRAGMA read_uncommitted", -1, &stmt, NULL);
-	if (rc == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW &&
-		sqlite3_column_type(stmt, 0) == SQLITE_INTEGER)
-		bOn = sqlite3_column_int(stmt, 0) != 0;
-	sqlite3_finalize(stmt);
-	if (!bOn)
-		return SQLITE_OK;
-	conn->savedRc = FENCE_RC_UNTRUSTED;
-	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-					 "fence refused: shared cache with read_uncommitted on would read uncommitted "
-					 "tokens of \"%.*s\"; set PRAGMA read_uncommitted = 0", n, z);
-	return FENCE_RC_UNTRUSTED;
-}
-
-/*
- * Prepare *pp once. With bCreate, a missing fence_tokens is created (SPEC:
- * "created on first use"); without, a missing table leaves *pp NULL and
- * returns SQLITE_OK, which readers take as "no highest".
- */
-static int
-prepareTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, int bCreate)
-{
-	int			rc;
-	int			exists;
-
-	if (*pp)
-		return SQLITE_OK;
-	/* the eponymous fence_held must be connected to finalize *pp at close */
-	rc = fenceHeldConnect(conn);
-	if (rc == SQLITE_OK)
-		rc = tokenTableTrusted(conn);
-	if (rc != SQLITE_OK)
-		return rc;
-	rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
-	if (rc != SQLITE_OK && (rc & 0xff) != SQLITE_NOMEM)
-	{
-		/* no table in the schema we cached: ask the file (and reload) */
-		rc = tokenTableExists(conn, &exists);
-		if (rc != SQLITE_OK)
-			return rc;
-		if (!exists)
-		{
-			if (!bCreate)
-				return SQLITE_OK;
-			rc = sqlite3_exec(conn->db, createTokensSql, NULL, NULL, NULL);
-			if (rc != SQLITE_OK)
-				return rc;
-			fenceCacheWatchCreate(conn);	/* only outside an explicit transaction */
-		}
-		rc = sqlite3_prepare_v3(conn->db, sql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
-	}
-	if (rc == SQLITE_OK && conn->sharedCache == FENCE_SHARED_UNKNOWN)
-		detectSharedCache(conn);
-	return rc;
-}
-
-/*
- * A cached statement fails when fence_tokens went away under it: a
- * transaction that created the table on first use rolled back, or somebody
- * dropped it. Forget the statements that named it, so that the next use
- * prepares them again (and creates the table, for a writer). Any other
- * error (SQLITE_BUSY, out of memory...) is the caller's to report.
- */
-static int
-tokenTableVanished(FenceConn *conn, int rc)
-{
-	int			exists;
-
-	if (rc != SQLITE_ERROR && rc != SQLITE_SCHEMA)
-		return 0;
-	if (tokenTableExists(conn, &exists) != SQLITE_OK || exists)
-		return 0;
-	sqlite3_finalize(conn->pSelectToken);
-	sqlite3_finalize(conn->pAdvanceToken);
-	sqlite3_finalize(conn->pDeleteToken);
-	conn->pSelectToken = conn->pAdvanceToken = conn->pDeleteToken = NULL;
-	return 1;
-}
-
-/* *pHas = 0 when the resource has no highest token (or there is no table). */
-static int
-readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
-			  sqlite3_int64 *pHighest, char *zAt, int nAt)
-{
-	int			attempt;
-	int			rc = SQLITE_OK;
-
-	*pHas = 0;
-	*pHighest = 0;
-	for (attempt = 0; attempt < 2; attempt++)
-	{
-		sqlite3_stmt *p;
-
-		rc = prepareTokenStmt(conn, &conn->pSelectToken, selectTokenSql, bCreate);
-		if (rc != SQLITE_OK || conn->pSelectToken == NULL)
-			return rc;
-		p = conn->pSelectToken;
-		if (sqlite3_stmt_busy(p))
-			return FENCE_RC_REENTERED;
-		sqlite3_bind_text(p, 1, z, n, SQLITE_STATIC);
-		rc = sqlite3_step(p);
-		if (rc == SQLITE_ROW)
-		{
-			*pHas = 1;
-			*pHighest = sqlite3_column_int64(p, 0);
-			if (zAt)
-				sqlite3_snprintf(nAt, zAt, "%s", (const char *) sqlite3_column_text(p, 1));
-		}
-		else if (rc != SQLITE_DONE)
-			saveError(conn, rc);
-		sqlite3_reset(p);
-		sqlite3_clear_bindings(p);
-		if (!tokenTableVanished(conn, rc))
-			break;
-	}
-	return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-static int
-readHighest(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
-			sqlite3_int64 *pHighest)
-{
-	return readHighestAt(conn, z, n, bCreate, pHas, pHighest, NULL, 0);
-}
-
-static int
-runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
-			 int n, sqlite3_int64 token)
-{
-	int			attempt;
-	int			rc = SQLITE_OK;
-
-	for (attempt = 0; attempt < 2; attempt++)
-	{
-		rc = prepareTokenStmt(conn, pp, sql, 1);
-		if (rc != SQLITE_OK)
-			return rc;
-
-		/*
-		 * Still running: a trigger on fence_tokens fired by this very
-		 * statement wrote a protected table, whose guard brought us back.
-		 * Stepping it again would restart it under itself, without end.
-		 */
-		if (sqlite3_stmt_busy(*pp))
-			return FENCE_RC_REENTERED;
-		sqlite3_bind_text(*pp, 1, z, n, SQLITE_STATIC);
-		if (sqlite3_bind_parameter_count(*pp) >= 2)
-			sqlite3_bind_int64(*pp, 2, token);
-		rc = sqlite3_step(*pp);
-		if (rc != SQLITE_DONE)
-			saveError(conn, rc);
-		sqlite3_reset(*pp);
-		sqlite3_clear_bindings(*pp);
-		if (!tokenTableVanished(conn, rc))
-			break;
-	}
-	return rc == SQLITE_DONE ? SQLITE_OK : rc;
-}
-
-/* ---------------------------------------------------------------------
- * Undoing a failed statement
- *
- * SPEC: an error leaves the database as it was before the failing INSERT,
- * UPDATE or DELETE. SQLite undoes a failed statement through its statement
- * journal, but it opens one only for a statement it knows may fail after a
- * first write; a single-row INSERT is not one, because SQLite checks its
- * constraints before writing. A function that writes fence_tokens from
- * inside such an INSERT (INSERT ... VALUES (fence_check(...), ...)) is a
- * write SQLite does not know of, and when a later value of the same row
- * raises, that advance would stay.
- *
- * So an accept made from inside another writing statement notes what it
- * changes (the resource's previous highest, the held log's length), and
- * when one of fence's functions raises an error later in the same run of
- * that statement, before the statement has written a row of its own, fence
- * puts the highest back and forgets what it held. A statement that did
- * write rows in between keeps its statement journal's word: SQLite opens one
- * for multi-row writes, and an INSERT OR FAIL keeps its earlier rows and the
- * tokens they were written at. A bare SELECT (readonly) is the documented
- * exception: SQLite gives it no journal, and fence does not second-guess it.
- * ------------------------------------------------------------------ */
-
-/* The writing statement of the application that is running us, or NULL. */
-static sqlite3_stmt *
-outerWriter(FenceConn *conn)
-{
-	sqlite3_stmt *p;
-
-	for (p = sqlite3_next_stmt(conn->db, NULL); p; p = sqlite3_next_stmt(conn->db, p))
-	{
-		if (p == conn->pSelectToken || p == conn->pAdvanceToken ||
-			p == conn->pDeleteToken || p == conn->pEnlist ||
-			p == conn->pEnlistMain)
-			continue;
-		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
-			return p;
-	}
-	return NULL;
-}
-
-void
-fenceUndoForget(FenceConn *conn)
-{
-	int			i;
-
-	for (i = 0; i < conn->nUndo; i++)
-		sqlite3_free(conn->aUndo[i].resource);
-	conn->nUndo = 0;
-	conn->pUndoStmt = NULL;
-}
-
-/* Is the log about this run of outer? Start it afresh if not. */
-static void
-undoFor(FenceConn *conn, sqlite3_stmt *outer)
-{
-	int			run = sqlite3_stmt_status(outer, SQLITE_STMTSTATUS_RUN, 0);
-
-	if (conn->pUndoStmt == outer && conn->undoRun == run)
-		return;
-	fenceUndoForget(conn);
-	conn->pUndoStmt = outer;
-	conn->undoRun = run;
-	conn->undoMark = conn->held.n_entries;
-	conn->undoChanges = sqlite3_total_changes64(conn->db);
-}
-
-/* Note the resource's highest before we change it; SQLITE_NOMEM if we cannot. */
-static int
-undoNote(FenceConn *conn, const char *z, int n, int bHad, sqlite3_int64 token,
-		 const char *zAt)
-{
-	FenceUndo  *u;
-
-	if (conn->nUndo >= conn->nUndoAlloc)
-	{
-		int			nAlloc = conn->nUndoAlloc ? conn->nUndoAlloc * 2 : 4;
-		FenceUndo  *a = sqlite3_realloc64(conn->aUndo, sizeof(FenceUndo) * (sqlite3_uint64) nAlloc);
-
-		if (a == NULL)
-			return SQLITE_NOMEM;
-		conn->aUndo = a;
-		conn->nUndoAlloc = nAlloc;
-	}
-	u = &conn->aUndo[conn->nUndo];
-	u->resource = sqlite3_malloc(n + 1);
-	if (u->resource == NULL)
-		return SQLITE_NOMEM;
-	memcpy(u->resource, z, (size_t) n);
-	u->resource[n] = '\0';
-	u->n = n;
-	u->bHad = bHad;
-	u->token = token;
-	sqlite3_snprintf((int) sizeof(u->zUpdatedAt), u->zUpdatedAt, "%s", zAt ? zAt : "");
-	conn->nUndo++;
-	return SQLITE_OK;
-}
-
-static int
-undoOne(FenceConn *conn, const FenceUndo *u)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			rc;
-
-	if (!u->bHad)
-		return runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, u->resource, u->n, 0);
-	rc = sqlite3_prepare_v2(conn->db, restoreTokenSql, -1, &stmt, NULL);
-	if (rc == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, u->resource, u->n, SQLITE_STATIC);
-		sqlite3_bind_int64(stmt, 2, u->token);
-		sqlite3_bind_text(stmt, 3, u->zUpdatedAt, -1, SQLITE_STATIC);
-		rc = sqlite3_step(stmt);
-		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-	}
-	sqlite3_finalize(stmt);
-	return rc;
-}
-
-/*
- * One of fence's functions is about to raise an error: if it runs inside
- * the same run of the writing statement whose accepts we noted, and that
- * statement has written nothing of its own since, undo those accepts.
- */
-FENCE_COLD static void
-undoOnError(FenceConn *conn)
-{
-	sqlite3_stmt *outer;
-	int			i;
-	int			rc = SQLITE_OK;
-
-	/* a trigger on fence_tokens fired by the undo itself brought us back */
-	if (conn->pUndoStmt == NULL || conn->bUndoing)
-		return;
-	conn->bUndoing = 1;
-	outer = outerWriter(conn);
-	if (outer == conn->pUndoStmt &&
-		sqlite3_stmt_status(outer, SQLITE_STMTSTATUS_RUN, 0) == conn->undoRun &&
-		sqlite3_total_changes64(conn->db) == conn->undoChanges)
-	{
-		for (i = conn->nUndo - 1; i >= 0 && rc == SQLITE_OK; i--)
-			rc = undoOne(conn, &conn->aUndo[i]);
-		if (rc != SQLITE_OK)
-			conn->bBroken = 1;	/* fail closed: the transaction cannot commit */
-		fenceGuardMemoForget(conn);
-		if (conn->bEnlisted && conn->undoMark <= conn->held.n_entries)
-			fence_held_truncate(&conn->held, conn->undoMark);
-	}
-	fenceUndoForget(conn);
-	conn->bUndoing = 0;
-}
-
-/*
- * The held-fence log could not record a change (out of memory): from now on
- * the transaction fails closed (FENCE_BROKEN_MSG) until it ends.
- */
-FENCE_COLD static int
-heldOutOfMemory(FenceConn *conn)
-{
-	conn->bBroken = 1;
-	fenceGuardMemoForget(conn);
-	return FENCE_RC_BROKEN;
-}
-
-/* ---------------------------------------------------------------------
- * Read first
- *
- * An equal accept must take no write lock (SPEC: transactions fenced at the
- * same token do not wait for each other), so an accept reads fence_tokens
- * before anything of main is locked, whatever this connection saw before.
- * An advance then upgrades the transaction's read to a write, which SQLite
- * never waits for (it fails with SQLITE_BUSY at once when another
- * connection writes): the documented pattern is BEGIN IMMEDIATE, which
- * takes the write lock, waiting the busy timeout, before the check. The
- * hints below remember what was read, as verdicts for the cache.
- * ------------------------------------------------------------------ */
-
-static unsigned
-hintSlot(const char *z, int n)
-{
-	unsigned	h = 2166136261u;
-	int			i;
-
-	for (i = 0; i < n; i++)
-		h = (h ^ (unsigned char) z[i]) * 16777619u;
-	return h % FENCE_HINTS;
-}
-
-/*
- * Is a database other than main and temp attached? Then an accept must hold
- * main's write lock whatever the token: an attached database has a pager
- * of its own, and a write through it starts on the newest snapshot, so the
- * snapshot main's read pinned would not stop the transaction from
- * committing a write after a newer token committed (WAL). SQLite lets ATTACH
- * run inside a transaction too, after its accepts: a commit that then wrote
- * an attached database with main only read-locked is refused
- * (unpinnedAttachedWrite, fence_held.c). sqlite3_db_name is 3.39's; before
- * it, assume there is.
- */
-static int
-otherSchemaAttached(sqlite3 *db)
-{
-	if (sqlite3_libversion_number() < 3039000)
-		return 1;
-	return sqlite3_db_name(db, 2) != NULL;
-}
-
-/*
- * Remember what was read (out of memory: remember nothing, it is a hint),
- * as a verdict for later transactions when this one is watched
- * (fence_cache.c).
- */
-static void
-hintSet(FenceConn *conn, const char *z, int n, int bHas, sqlite3_int64 highest)
-{
-	FenceHint  *h = &conn->aHint[hintSlot(z, n)];
-
-	h->gen = 0;
-
-	if (h->z == NULL || h->n != n || memcmp(h->z, z, (size_t) n) != 0)
-	{
-		sqlite3_free(h->z);
-		h->z = sqlite3_malloc(n > 0 ? n : 1);
-		if (h->z == NULL)
-			return;
-		memcpy(h->z, z, (size_t) n);
-		h->n = n;
-	}
-	h->bHas = bHas;
-	h->highest = highest;
-	h->gen = fenceCacheStamp(conn);
-}
-
-/*
- * The cache's verdict on z: its highest, if this transaction may take it
- * and it is at least token (an equal or a stale token; an advance reads,
- * for the undo log wants the row's updated_at). NULL: read.
- */
-static const FenceHint *
-cachedAtLeast(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
-{
-	const FenceHint *h = &conn->aHint[hintSlot(z, n)];
-
-	if (conn->cacheTxn == FENCE_CACHE_TXN_WATCHED && h->gen == conn->cacheGen &&
-		h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
-		memcmp(h->z, z, (size_t) n) == 0)
-	{
-		if (fenceWatchIntact(conn))
-			return h;
-		fenceCacheWatchLost(conn);
-	}
-	return NULL;
-}
-
-/* Forget what was remembered of z (fence_reset) */
-static void
-hintForget(FenceConn *conn, const char *z, int n)
-{
-	FenceHint  *h = &conn->aHint[hintSlot(z, n)];
-
-	if (h->z != NULL && h->n == n && memcmp(h->z, z, (size_t) n) == 0)
-		h->gen = 0;
-}
-
-void
-fenceHintsFree(FenceConn *conn)
-{
-	int			i;
-
-	for (i = 0; i < FENCE_HINTS; i++)
-	{
-		sqlite3_free(conn->aHint[i].z);
-		conn->aHint[i].z = NULL;
-	}
-}
-
-/*
- * fence's own write of z's row of fence_tokens is under way: the watch
- * triggers (fence_cache.c) let it through without forgetting the cache,
- * since the caller puts what it wrote into the hint table.
- */
-static void
-writingBegin(FenceConn *conn, const char *z, int n, sqlite3_int64 token, int bReset)
-{
-	conn->zWriting = z;
-	conn->nWriting = n;
-	conn->writingToken = token;
-	conn->bWritingReset = bReset;
-}
-
-static void
-writingEnd(FenceConn *conn)
-{
-	conn->zWriting = NULL;
-}
-
-/*
- * The accept rule applied in this connection's transaction. On return with
- * SQLITE_OK, *pStale says whether the token was rejected, and *pHighest is
- * the highest it lost to. An accepted token is held by the transaction.
- */
-static int
-acceptToken(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
-			int *pStale, sqlite3_int64 *pHighest)
-{
-	FenceVerdict verdict;
-	sqlite3_int64 highest;
-	int			has;
-	int			rc;
-	char		zAt[64] = "";
-	sqlite3_stmt *outer;
-
-	*pStale = 0;
-	*pHighest = 0;
-
-	/*
-	 * Held at this very token in this transaction: judged in the snapshot
-	 * the transaction still reads, which only its own moves (which update
-	 * what it holds) change; a newer commit by another connection keeps its
-	 * writes from committing (see the head of this file).
-	 */
-	if (conn->bEnlisted && !conn->bBroken &&
-		fence_held_get(&conn->held, z, (size_t) n) == token)
-		return SQLITE_OK;
-
-	rc = fenceHeldEnlist(conn, !conn->bEnlisted && otherSchemaAttached(conn->db));
-	if (rc == SQLITE_OK && conn->bBroken)
-		rc = FENCE_RC_BROKEN;
-	if (rc == SQLITE_OK && conn->bEnlisted && conn->cacheTxn == FENCE_CACHE_TXN_UNKNOWN)
-	{
-		/*
-		 * The first accept of the transaction: may it take the cache's
-		 * word? A guard's call admitted by the count (fence_guard.c) has
-		 * the schema's word already.
-		 */
-		if ((conn->bInGuard && conn->bByCount) || fenceSchemaCheck(conn) == SQLITE_OK)
-			fenceCacheTxnBegin(conn);
-		else
-		{
-			fenceCacheForget(conn);
-			conn->cacheTxn = FENCE_CACHE_TXN_UNWATCHED;
-		}
-	}
-	if (rc == SQLITE_OK)
-	{
-		const FenceHint *cached = cachedAtLeast(conn, z, n, token);
-
-		if (cached != NULL)
-		{
-			has = 1;
-			highest = cached->highest;
-		}
-		else
-		{
-			rc = readHighestAt(conn, z, n, 1, &has, &highest, zAt, (int) sizeof(zAt));
-			if (rc == SQLITE_OK)
-				hintSet(conn, z, n, has, highest);
-		}
-	}
-	if (rc == SQLITE_OK && conn->sharedCache == FENCE_SHARED_YES)
-		rc = readUncommittedRefused(conn, z, n);
-	if (rc != SQLITE_OK)
-		return rc;
-	/*
-	 * A guard's accept needs no undo log: the statement that fires a guard
-	 * trigger has triggers that may abort, so SQLite gives it a statement
-	 * journal (or, in autocommit, rolls the whole transaction back), which
-	 * undoes its writes of fence_tokens and tells fence_held to truncate.
-	 * Finding the outer statement walks every statement of the connection.
-	 */
-	outer = conn->bEnlisted && !conn->bInGuard ? outerWriter(conn) : NULL;
-	if (outer)
-		undoFor(conn, outer);
-
-	verdict = fence_decide(has, highest, token);
-	if (!fence_verdict_accepts(verdict))
-	{
-		*pStale = 1;
-		*pHighest = highest;
-		return SQLITE_OK;
-	}
-	if (verdict != FENCE_ACCEPT_EQUAL)
-	{
-		/*
-		 * Only fence's own guards may write fence_tokens through a guard
-		 * function, and the call may be another caller's (a view, a
-		 * trigger) made after the schema was last read: admitted by the
-		 * count (fence_guard.c), or made in this transaction after its
-		 * first check. Its caller reads the schema now and admits it
-		 * again before the write.
-		 */
-		if (conn->bInGuard && !conn->bSchemaFresh)
-			return FENCE_RC_READ_SCHEMA;
-		if (outer && undoNote(conn, z, n, has, highest, zAt) != SQLITE_OK)
-			return SQLITE_NOMEM;
-		int			bWrote;
-
-		writingBegin(conn, z, n, token, 0);
-		rc = runTokenStmt(conn, &conn->pAdvanceToken, advanceTokenSql, z, n, token);
-		writingEnd(conn);
-		if (outer)
-			conn->undoChanges = sqlite3_total_changes64(conn->db);
-		if (rc != SQLITE_OK)
-			return rc;
-		bWrote = sqlite3_changes(conn->db) > 0;
-
-		/*
-		 * No row written: another connection raised the highest between
-		 * our read and our write, which can only happen when there is no
-		 * open transaction to hold the write lock (an autocommit SELECT,
-		 * whose enlisting statement has already committed): judge again.
-		 */
-		if (bWrote)
-			highest = token;
-		else
-		{
-			rc = readHighest(conn, z, n, 1, &has, &highest);
-			if (rc != SQLITE_OK)
-				return rc;
-		}
-		hintSet(conn, z, n, 1, highest);
-		if (!fence_verdict_accepts(fence_decide(has, highest, token)))
-		{
-			*pStale = 1;
-			*pHighest = highest;
-			return SQLITE_OK;
-		}
-	}
-	/* not enlisted: an autocommit SELECT whose transaction has already ended */
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token)
-	{
-		fenceGuardMemoForget(conn);
-		if (fence_held_set(&conn->held, z, (size_t) n, token, 0) != 0)
-			return heldOutOfMemory(conn);
-	}
-	return rc;
-}
-
 /* ---------------------------------------------------------------------
  * Arguments and errors
  * ------------------------------------------------------------------ */
@@ -835,7 +53,7 @@ resultInvalid(sqlite3_context *ctx, const char *what, FenceProblem problem,
 {
 	char		buf[FENCE_MSG_MAX];
 
-	undoOnError(sqlite3_user_data(ctx));
+	fenceUndoOnError(sqlite3_user_data(ctx));
 
 	sqlite3_result_error(ctx, fence_msg_invalid(buf, what, problem, len, token), -1);
 	sqlite3_result_error_code(ctx, FENCE_RC_INVALID);
@@ -847,7 +65,7 @@ resultStale(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token,
 {
 	char		buf[FENCE_MSG_MAX];
 
-	undoOnError(sqlite3_user_data(ctx));
+	fenceUndoOnError(sqlite3_user_data(ctx));
 
 	sqlite3_result_error(ctx, fence_line_stale(buf, z, (size_t) n, token, highest), -1);
 	sqlite3_result_error_code(ctx, FENCE_RC_STALE);
@@ -858,7 +76,7 @@ resultMissing(sqlite3_context *ctx, FenceMissing why, const char *z, int n)
 {
 	char		buf[FENCE_MSG_MAX];
 
-	undoOnError(sqlite3_user_data(ctx));
+	fenceUndoOnError(sqlite3_user_data(ctx));
 
 	sqlite3_result_error(ctx, fence_line_missing(buf, why, z, (size_t) n, NULL), -1);
 	sqlite3_result_error_code(ctx, FENCE_RC_MISSING);
@@ -875,11 +93,8 @@ resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 	const char *msg;
 
 	/* undoing may run statements of ours: keep the message it would replace */
-	saved[0] = '\0';
-	if (conn->savedRc == rc)
-		memcpy(saved, conn->zSavedErr, sizeof(saved));
-	conn->savedRc = SQLITE_OK;
-	undoOnError(conn);
+	fenceTakeSavedError(conn, rc, saved);
+	fenceUndoOnError(conn);
 	msg = saved[0] ? saved : sqlite3_errmsg(conn->db);
 	if (rc == FENCE_RC_BROKEN)
 	{
@@ -1047,7 +262,7 @@ argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
  * with bTry 1/0; a stale token raises unless bTry. Returns 1 when accepted,
  * 0 when not (the result says why), and -1, with no result and nothing
  * changed, when a guard's call admitted by the count would write
- * fence_tokens (acceptToken).
+ * fence_tokens (fenceAccept).
  */
 static int
 resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, int bTry)
@@ -1065,7 +280,7 @@ resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, in
 		resultDbError(ctx, conn, SQLITE_NOMEM);
 		return 0;
 	}
-	rc = acceptToken(conn, z, n, token, &stale, &highest);
+	rc = fenceAccept(conn, z, n, token, &stale, &highest);
 	if (rc == FENCE_RC_READ_SCHEMA)
 		return -1;				/* nothing changed: guardWriteChecked admits again */
 	if (rc == SQLITE_OK)
@@ -1120,7 +335,7 @@ fenceCurrentFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	(void) argc;
 	if (!argResource(ctx, argv[0], &z, &n))
 		return;
-	rc = readHighest(conn, z, n, 0, &has, &highest);
+	rc = fenceReadHighest(conn, z, n, &has, &highest);
 	if (rc != SQLITE_OK)
 		resultDbError(ctx, conn, rc);
 	else if (has)
@@ -1140,15 +355,7 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	(void) argc;
 	if (!argResource(ctx, argv[0], &z, &n))
 		return;
-	hintForget(conn, z, n);
-	writingBegin(conn, z, n, 0, 1);
-	rc = runTokenStmt(conn, &conn->pDeleteToken, deleteTokenSql, z, n, 0);
-	writingEnd(conn);
-	/* the transaction no longer holds what was forgotten (undone on rollback) */
-	fenceGuardMemoForget(conn);
-	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
-		fence_held_set(&conn->held, z, (size_t) n, -1, 0) != 0)
-		rc = heldOutOfMemory(conn);
+	rc = fenceForgetResource(conn, z, n);
 	if (rc != SQLITE_OK)
 		resultDbError(ctx, conn, rc);
 	else
@@ -1460,22 +667,9 @@ fenceArgToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
 void
 fenceResultError(sqlite3_context *ctx, const char *zMsg, int rc)
 {
-	undoOnError(sqlite3_user_data(ctx));
+	fenceUndoOnError(sqlite3_user_data(ctx));
 	sqlite3_result_error(ctx, zMsg, -1);
 	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
-}
-
-void
-fenceResultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
-{
-	resultDbError(ctx, conn, rc);
-}
-
-/* The resource's highest accepted token; never creates fence_tokens. */
-int
-fenceReadHighest(FenceConn *conn, const char *z, int n, int *pHas, sqlite3_int64 *pHighest)
-{
-	return readHighest(conn, z, n, 0, pHas, pHighest);
 }
 
 static const FenceFunction coreFunctions[] = {

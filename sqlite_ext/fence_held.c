@@ -38,6 +38,15 @@
  *
  * SELECT * FROM fence_held lists the fences the transaction holds. Rows
  * cannot be written: only fence's own code changes them.
+ *
+ * Provides: the modules fence_held, fence_txn, fence_join
+ * (fenceHeldRegister, fenceHeldUnregister), fenceHeldConnect,
+ * fenceHeldEnlist, fenceEnlistForget, fenceHeldCreateEnlist,
+ * fenceHeldSet (inline, fence_sqlite.h), fenceHeldBreak, fenceHeldTruncate,
+ * fenceConnRetain, fenceConnRelease, fenceSqliteAllocator: it is the one
+ * writer of what the transaction holds (FenceConn.held, bBroken). Calls no other file of
+ * sqlite_ext: what the files above must hear of a transaction's end goes
+ * through FenceConn.pHooks (fence_init.c).
  */
 #include "fence_sqlite.h"
 
@@ -92,9 +101,36 @@ connRelease(FenceConn *conn)
 
 /* For fence_stats.c, whose tables hold a reference too. */
 void
+fenceConnRetain(FenceConn *conn)
+{
+	conn->nRef++;
+}
+
+void
 fenceConnRelease(FenceConn *conn)
 {
 	connRelease(conn);
+}
+
+/*
+ * What the transaction holds could not be recorded (out of memory): from
+ * now on it fails closed (FENCE_BROKEN_MSG) until it ends.
+ */
+FENCE_COLD int
+fenceHeldBreak(FenceConn *conn)
+{
+	conn->bBroken = 1;
+	fenceGuardMemoForget(conn);
+	return FENCE_RC_BROKEN;
+}
+
+/* A failed statement's accepts are undone (fence_accept.c): hold what came before n. */
+void
+fenceHeldTruncate(FenceConn *conn, int n)
+{
+	fenceGuardMemoForget(conn);
+	if (conn->bEnlisted && n <= conn->held.n_entries)
+		fence_held_truncate(&conn->held, n);
 }
 
 typedef struct HeldVtab
@@ -372,7 +408,7 @@ heldBegin(sqlite3_vtab *pVtab)
 		return SQLITE_OK;
 	conn->pJoined = pVtab;
 	conn->nBegin++;
-	if (conn->cacheTxn != FENCE_CACHE_TXN_UNKNOWN)
+	if (conn->cache.txn != FENCE_CACHE_TXN_UNKNOWN)
 		conn->pHooks->xCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
 	return connStartOver(conn, 1);
 }
@@ -385,7 +421,7 @@ heldCommit(sqlite3_vtab *pVtab)
 	if (notJoined(pVtab))
 		return SQLITE_OK;
 	conn->pJoined = NULL;
-	conn->pHooks->xCacheTxnEnd(conn, 1);
+	conn->pHooks->xCacheTxnEnd(conn, !conn->bBroken);
 	return connStartOver(conn, 0);
 }
 
@@ -479,7 +515,7 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
  * The attached database this transaction writes while it holds a fence
  * with main only read-locked, or NULL. An equal accept takes no write
  * lock: main's snapshot is what keeps a later write to main from
- * committing after a newer token (fence.c). An attached database has a
+ * committing after a newer token (fence_accept.c). An attached database has a
  * pager of its own, which starts a write on its newest snapshot, so an
  * accept made with one attached takes main's write lock first. But SQLite
  * lets ATTACH run inside a transaction, after its accepts: then the write
@@ -607,6 +643,12 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 {
 	int			rc;
 
+	conn->aMark = conn->aMarkFirst;
+	conn->nMarkAlloc = FENCE_MARKS_FIRST;
+	/* a transaction of a few short resources allocates nothing for them */
+	fence_held_init_buffers(&conn->held, &fenceSqliteAllocator, conn->aHeldFirst,
+							FENCE_HELD_FIRST, conn->aHeldBuckets, FENCE_HELD_FIRST);
+	fence_held_use_names(&conn->held, conn->zHeldNames, sizeof(conn->zHeldNames));
 	conn->nRef = 1;				/* the fence_held module's */
 	rc = sqlite3_create_module_v2(db, "fence_held", &heldModule, conn, connDestroy);
 
@@ -731,7 +773,7 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 
 	/*
 	 * Through main when the caller wants main's write lock first (an
-	 * accept that is likely an advance, fence.c) or when the statement
+	 * accept that is likely an advance, fence_accept.c) or when the statement
 	 * running us already writes main (a guarded write: it locks nothing
 	 * more and costs less than opening a write transaction on TEMP); else
 	 * through TEMP. Either table joins alone: only the first enlisting of a
@@ -772,8 +814,8 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 	/*
 	 * Prepared again since it last ran (or new): the schema changed, or
 	 * TEMP's did, or the main database was replaced (ATTACH and
-	 * sqlite3_deserialize expire every statement). The cache's watch
-	 * triggers live in TEMP: forget what it holds.
+	 * sqlite3_deserialize expire every statement, and restart main's data
+	 * version): the cache forgets what it holds.
 	 */
 	{
 		int			i = pp == &conn->pEnlistMain;

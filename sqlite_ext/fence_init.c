@@ -6,13 +6,16 @@
  * and the hooks through which fence_held.c, which learns where each
  * transaction ends, tells the files above it.
  *
+ * Provides: sqlite3_fence_init, the one symbol fence.so exports.
+ *
  * Layers, each file calling only those below it:
  *
  *   fence_init.c         entry point, registration, hooks
  *   fence_protect.c      fence_protect, fence_unprotect
  *   fence_lease.c        fence_acquire, fence_renew, fence_release
  *   fence.c              fence_check, fence_try, fence_current, fence_reset,
- *                        the guard functions, fence_tokens
+ *                        the guard functions
+ *   fence_accept.c       fence_tokens and the accept path
  *   fence_guard.c        admission of a guard call
  *   fence_cache.c        what a connection remembers of fence_tokens
  *   fence_held.c         the transaction's fences: fence_held, fence_txn,
@@ -45,9 +48,9 @@ static void
 hookFree(FenceConn *conn)
 {
 	fenceUndoForget(conn);
-	fenceHintsFree(conn);
-	sqlite3_free(conn->aUndo);
-	conn->aUndo = NULL;
+	sqlite3_free(conn->undo.a);
+	conn->undo.a = NULL;
+	fenceCacheFree(conn);
 	fenceGuardFree(conn);
 	fenceStatsFree(conn);
 }
@@ -87,7 +90,6 @@ static const FenceFunction initFunctions[] = {
 	{"fence_protect", 3, FENCE_APP_WRITES, fenceProtectFunc},
 	{"fence_protect", 4, FENCE_APP_WRITES, fenceProtectFunc},
 	{"fence_unprotect", 1, FENCE_APP_WRITES, fenceUnprotectFunc},
-	{"fence_tokens_changed", 3, FENCE_APP_WRITES, fenceTokensChangedFunc},
 	{"fence_acquire", 3, FENCE_APP_WRITES, fenceAcquireFunc},
 	{"fence_renew", 4, FENCE_APP_WRITES, fenceRenewFunc},
 	{"fence_release", 3, FENCE_APP_WRITES, fenceReleaseFunc},
@@ -243,14 +245,8 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		return SQLITE_NOMEM;
 	conn->db = db;
 	conn->pHooks = &fenceHooks;
-	conn->cacheGen = 1;
+	conn->cache.gen = 1;
 	conn->guardEpoch = 1;
-	conn->aMark = conn->aMarkFirst;
-	conn->nMarkAlloc = FENCE_MARKS_FIRST;
-	/* a transaction of a few short resources allocates nothing for them */
-	fence_held_init_buffers(&conn->held, &fenceSqliteAllocator, conn->aHeldFirst,
-							FENCE_HELD_FIRST, conn->aHeldBuckets, FENCE_HELD_FIRST);
-	fence_held_use_names(&conn->held, conn->zHeldNames, sizeof(conn->zHeldNames));
 
 	/* from here on the fence_held module owns conn, even when this fails */
 	rc = fenceHeldRegister(db, conn);
@@ -285,7 +281,6 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		 */
 		(void) fenceHeldConnect(conn);
 		(void) fenceHeldCreateEnlist(conn);	/* only outside a transaction */
-		fenceCacheWatchCreate(conn);	/* likewise */
 	}
 	if (rc != SQLITE_OK)
 	{

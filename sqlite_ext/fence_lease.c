@@ -46,15 +46,16 @@
  * without waiting, as SQLite does for every such upgrade.
  *
  * The functions are DIRECTONLY: no view or trigger calls them.
+ *
+ * Provides: fenceAcquireFunc, fenceRenewFunc, fenceReleaseFunc,
+ * fenceLeaseFinalize; FenceLeases (fence_sqlite.h). Calls fence.c for
+ * argument checks and errors, fence_stats.c for the clock (fenceNowMs).
  */
 #include "fence_sqlite.h"
 
 #include <string.h>
 
 SQLITE_EXTENSION_INIT3
-
-/* Milliseconds between the Julian day epoch and the Unix epoch. */
-#define JULIAN_UNIX_MS ((sqlite3_int64) 210866760000000)
 
 enum LeaseOp
 {
@@ -174,27 +175,6 @@ leaseWrite(sqlite3 *db, const LeaseCall *c, sqlite3_int64 token, sqlite3_int64 e
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* The default VFS's clock, in ms since the Unix epoch. */
-static int
-leaseNow(sqlite3_int64 *pNow)
-{
-	sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
-	sqlite3_int64 jd = 0;
-	int			rc = SQLITE_ERROR;
-
-	if (vfs && vfs->iVersion >= 2 && vfs->xCurrentTimeInt64)
-		rc = vfs->xCurrentTimeInt64(vfs, &jd);
-	else if (vfs && vfs->xCurrentTime)
-	{
-		double		d = 0;
-
-		rc = vfs->xCurrentTime(vfs, &d);
-		jd = (sqlite3_int64) (d * 86400000.0);
-	}
-	*pNow = jd - JULIAN_UNIX_MS;
-	return rc;
-}
-
 /*
  * Lock, read, decide and write on db, in the savepoint fence_lease (which
  * is the call's own transaction when db is in autocommit mode): all of it
@@ -250,7 +230,7 @@ leaseRun(sqlite3 *db, LeaseCall *c)
 		}
 	}
 	if (rc == SQLITE_OK)
-		rc = leaseNow(&now);
+		rc = fenceNowMs(&now);
 	if (rc == SQLITE_OK)
 		rc = leaseRead(db, c, &bHasHighest, &highest);
 	if (rc == SQLITE_OK && c->op == LEASE_ACQUIRE)
@@ -313,8 +293,8 @@ leaseSideDb(FenceConn *conn, LeaseCall *c)
 	int			ms = 0;
 	int			rc;
 
-	if (conn->pLeaseDb != NULL)
-		return conn->pLeaseDb;
+	if (conn->lease.pDb != NULL)
+		return conn->lease.pDb;
 	if (zFile == NULL || zFile[0] == '\0')
 	{
 		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr,
@@ -323,7 +303,7 @@ leaseSideDb(FenceConn *conn, LeaseCall *c)
 		return NULL;
 	}
 	sqlite3_file_control(conn->db, "main", SQLITE_FCNTL_VFS_POINTER, &pVfs);
-	rc = sqlite3_open_v2(zFile, &conn->pLeaseDb, SQLITE_OPEN_READWRITE,
+	rc = sqlite3_open_v2(zFile, &conn->lease.pDb, SQLITE_OPEN_READWRITE,
 						 pVfs ? pVfs->zName : NULL);
 	if (rc == SQLITE_OK && sqlite3_prepare_v2(conn->db, "PRAGMA busy_timeout", -1, &p,
 											  NULL) == SQLITE_OK &&
@@ -331,22 +311,22 @@ leaseSideDb(FenceConn *conn, LeaseCall *c)
 		ms = sqlite3_column_int(p, 0);
 	sqlite3_finalize(p);
 	if (rc == SQLITE_OK)
-		sqlite3_busy_timeout(conn->pLeaseDb, ms);
+		sqlite3_busy_timeout(conn->lease.pDb, ms);
 	else
 	{
 		sqlite3_snprintf((int) sizeof(c->zErr), c->zErr, "fence_acquire: %s",
-						 conn->pLeaseDb ? sqlite3_errmsg(conn->pLeaseDb) : "out of memory");
-		sqlite3_close(conn->pLeaseDb);
-		conn->pLeaseDb = NULL;
+						 conn->lease.pDb ? sqlite3_errmsg(conn->lease.pDb) : "out of memory");
+		sqlite3_close(conn->lease.pDb);
+		conn->lease.pDb = NULL;
 	}
-	return conn->pLeaseDb;
+	return conn->lease.pDb;
 }
 
 void
 fenceLeaseFinalize(FenceConn *conn)
 {
-	sqlite3_close(conn->pLeaseDb);
-	conn->pLeaseDb = NULL;
+	sqlite3_close(conn->lease.pDb);
+	conn->lease.pDb = NULL;
 }
 
 /*

@@ -1081,11 +1081,7 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		if (zAll == NULL)
 			sqlite3_result_error_nomem(ctx);
 		else if (execAtomically(ctx, "fence_protect", zAll, zDrop))
-		{
-			/* this connection's watch on fence_tokens, if it exists (fence_cache.c) */
-			fenceCacheWatchCreate(sqlite3_user_data(ctx));
 			sqlite3_result_null(ctx);
-		}
 		sqlite3_free(zAll);
 	}
 done:

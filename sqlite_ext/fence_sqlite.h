@@ -2,10 +2,12 @@
  * fence_sqlite.h
  *
  * What the SQLite extension's files share: the per-connection state
- * (FenceConn), the transaction's held fences (FenceHeld, fence_held.c), the
- * token table (fence.c), the guard admission (fence_guard.c) and the trigger
- * DDL (fence_protect.c), the leases (fence_lease.c) and the per-connection
- * counts of fence_stats (fence_stats.c).
+ * (FenceConn), made of each module's own state, declared with that
+ * module's functions: the token table and the undo log (fence_accept.c),
+ * the highest-token cache (fence_cache.c), the leases (fence_lease.c); the
+ * transaction's held fences (fence_held.c), the guard admission
+ * (fence_guard.c) and the guard's memo (fence.c) are still fields of
+ * FenceConn itself, each marked with the file that owns it.
  */
 #ifndef FENCE_SQLITE_H
 #define FENCE_SQLITE_H
@@ -14,20 +16,6 @@
 #include <string.h>
 #include "../core/fence_core.h"
 #include "../core/fence_held.h"
-
-/*
- * What one accept inside another writing statement changed in fence_tokens,
- * so that an error later in that statement can put it back (fence.c,
- * "Undoing a failed statement").
- */
-typedef struct FenceUndo
-{
-	char	   *resource;		/* sqlite3_malloc'd copy */
-	int			n;
-	int			bHad;			/* the resource had a highest before */
-	sqlite3_int64 token;		/* that highest */
-	char		zUpdatedAt[64]; /* and its updated_at */
-} FenceUndo;
 
 /* A guard id admitted in this schema generation (fence_guard.c). */
 typedef struct FenceGuardSeen
@@ -38,21 +26,6 @@ typedef struct FenceGuardSeen
 	int			bKeyed;
 	int			bCounted;		/* its triggers are of FENCE_GUARD_SHAPE (fence_guard.c) */
 } FenceGuardSeen;
-
-/*
- * What this connection last read as a resource's highest: a hint for the
- * order of locking (fence.c, "Lock first or read first"), and a verdict
- * while gen is the connection's cacheGen (fence_cache.c).
- */
-#define FENCE_HINTS 64
-typedef struct FenceHint
-{
-	char	   *z;				/* sqlite3_malloc'd resource, NULL: empty slot */
-	int			n;
-	int			bHas;
-	sqlite3_int64 highest;
-	unsigned	gen;			/* 0: a hint only */
-} FenceHint;
 
 /*
  * The last guard call that passed, per kind (fence.c, "The guard's memo"):
@@ -68,17 +41,123 @@ typedef struct FenceGuardMemo
 	sqlite3_int64 token;		/* fence_guard_write's token */
 } FenceGuardMemo;
 
+#define FENCE_HELD_FIRST 16		/* a power of two */
+#define FENCE_MARKS_FIRST 4		/* savepoint marks kept inside FenceConn */
+
+
+struct FenceConn;
+
+/* ---------------------------------------------------------------------
+ * fence_accept.c: the token table, the undo of a failed statement, the
+ * accept path
+ * ------------------------------------------------------------------ */
+
+/*
+ * What one accept inside another writing statement changed in fence_tokens,
+ * so that an error later in that statement can put it back (fence_accept.c,
+ * "Undoing a failed statement").
+ */
+typedef struct FenceUndo
+{
+	char	   *resource;		/* sqlite3_malloc'd copy */
+	int			n;
+	int			bHad;			/* the resource had a highest before */
+	sqlite3_int64 token;		/* that highest */
+	char		zUpdatedAt[64]; /* and its updated_at */
+} FenceUndo;
+
+typedef struct FenceUndoLog
+{
+	sqlite3_stmt *pStmt;		/* the writing statement whose run the log belongs to */
+	int			run;			/* its SQLITE_STMTSTATUS_RUN then */
+	sqlite3_int64 changes;		/* total_changes after our last own write */
+	int			mark;			/* held log length before its first accept */
+	FenceUndo  *a;
+	int			n;
+	int			nAlloc;
+	int			bUndoing;		/* fenceUndoOnError is running */
+} FenceUndoLog;
+
 #define FENCE_SHARED_UNKNOWN 0
 #define FENCE_SHARED_YES 1
 #define FENCE_SHARED_NO 2
 
-#define FENCE_HELD_FIRST 16		/* a power of two */
-#define FENCE_MARKS_FIRST 4		/* savepoint marks kept inside FenceConn */
+/* The cached statements on main.fence_tokens, finalized at close. */
+typedef struct FenceTokenTable
+{
+	sqlite3_stmt *pSelect;
+	sqlite3_stmt *pAdvance;
+	sqlite3_stmt *pDelete;
+	int			sharedCache;	/* FENCE_SHARED_*: main in shared-cache mode? */
+} FenceTokenTable;
 
-/* FenceConn.cacheTxn: what the open transaction may take from the cache */
+int			fenceAccept(struct FenceConn *conn, const char *z, int n, sqlite3_int64 token,
+						int *pStale, sqlite3_int64 *pHighest);
+int			fenceReadHighest(struct FenceConn *conn, const char *z, int n, int *pHas,
+							 sqlite3_int64 *pHighest);
+int			fenceForgetResource(struct FenceConn *conn, const char *z, int n);
+void		fenceUndoOnError(struct FenceConn *conn);
+void		fenceUndoForget(struct FenceConn *conn);
+void		fenceTakeSavedError(struct FenceConn *conn, int rc, char *buf);
+void		fenceFinalizeStatements(struct FenceConn *conn);
+
+/* ---------------------------------------------------------------------
+ * fence_cache.c: what a connection remembers of fence_tokens
+ * ------------------------------------------------------------------ */
+
+/*
+ * What this connection last read or wrote as a resource's highest: a
+ * verdict while gen is the cache's.
+ */
+#define FENCE_HINTS 64
+typedef struct FenceHint
+{
+	char	   *z;				/* sqlite3_malloc'd resource, NULL: empty slot */
+	int			n;
+	int			bHas;
+	sqlite3_int64 highest;
+	unsigned	gen;			/* 0: a hint only */
+} FenceHint;
+
+/* FenceCache.txn: what the open transaction may take from the cache */
 #define FENCE_CACHE_TXN_UNKNOWN 0	/* no accept yet (or no transaction) */
-#define FENCE_CACHE_TXN_WATCHED 1	/* verdicts used, and recorded at commit */
-#define FENCE_CACHE_TXN_UNWATCHED 2 /* neither */
+#define FENCE_CACHE_TXN_ON 1		/* verdicts used, and recorded at commit */
+#define FENCE_CACHE_TXN_OFF 2		/* neither */
+
+typedef struct FenceCache
+{
+	unsigned	gen;			/* entries of this generation are verdicts */
+	int			txn;			/* FENCE_CACHE_TXN_* */
+	int			bRecorded;		/* version describes what the entries hold */
+	unsigned	version;		/* main's data version after the last recorded commit */
+	int			bTxnWrote;		/* fence wrote fence_tokens in this transaction */
+	FenceHint	aHint[FENCE_HINTS];
+} FenceCache;
+
+void		fenceCacheTxnBegin(struct FenceConn *conn, int bUsable);
+void		fenceCacheSet(struct FenceConn *conn, const char *z, int n, int bHas,
+						  sqlite3_int64 highest);
+void		fenceCacheForgetOne(struct FenceConn *conn, const char *z, int n);
+void		fenceCacheForget(struct FenceConn *conn);
+void		fenceCacheWrote(struct FenceConn *conn);
+void		fenceCacheSchemaChanged(struct FenceConn *conn);
+void		fenceCacheTxnEnd(struct FenceConn *conn, int bCommitted);
+void		fenceCacheRolledBackTo(struct FenceConn *conn);
+void		fenceCacheFree(struct FenceConn *conn);
+
+/* ---------------------------------------------------------------------
+ * fence_lease.c: fence_acquire, fence_renew, fence_release
+ * ------------------------------------------------------------------ */
+
+typedef struct FenceLeases
+{
+	sqlite3    *pDb;			/* the connection grants go through in a transaction */
+} FenceLeases;
+
+void		fenceAcquireFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceRenewFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceReleaseFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+void		fenceLeaseFinalize(struct FenceConn *conn);
 
 
 struct FenceConn;
@@ -125,42 +204,20 @@ typedef struct FenceConn
 	int			bEnlisted;		/* fence_held is part of the open transaction */
 	int			bBroken;		/* out of memory: what is held is unknown */
 
+	/* fence_init.c */
 	sqlite3    *db;
 	void	   *pAlloc;			/* what fenceConnAlloc allocated, for sqlite3_free */
+	/* fence_held.c */
 	int			nRef;			/* the module and each connected table */
 	int			bVtabConnected; /* the eponymous fence_held is connected */
 	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
 	unsigned	nBegin;			/* transactions fence_txn has joined */
-	/* the writing statement whose run the undo log belongs to */
-	sqlite3_stmt *pUndoStmt;
-	int			undoRun;		/* its SQLITE_STMTSTATUS_RUN then */
-	sqlite3_int64 undoChanges;	/* total_changes after our last own write */
-	int			undoMark;		/* held log length before its first accept */
-	FenceUndo  *aUndo;
-	int			nUndo;
-	int			nUndoAlloc;
-	int			bUndoing;		/* undoOnError is running */
-	int			bInGuard;		/* the accept under way is a guard's (no undo log) */
-	/* cached statements, finalized when fence_held disconnects (at close) */
-	sqlite3_stmt *pSelectToken;
-	sqlite3_stmt *pAdvanceToken;
-	sqlite3_stmt *pDeleteToken;
+	FenceUndoLog undo;			/* fence_accept.c */
+	FenceTokenTable tokens;		/* fence_accept.c */
+	int			bInGuard;		/* the accept under way is a guard's (no undo log; fence.c) */
+	/* fence_held.c: the enlisting statements */
 	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
 	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
-	int			sharedCache;	/* FENCE_SHARED_*: main in shared-cache mode? (fence.c) */
-	/* the highest-token cache (fence_cache.c) */
-	unsigned	cacheGen;		/* entries of this generation are verdicts */
-	int			cacheTxn;		/* FENCE_CACHE_TXN_* */
-	int			bCacheRecorded; /* cacheVersion describes what the entries hold */
-	unsigned	cacheVersion;	/* main's data version after the last watched commit */
-	int			bCacheTxnWrote; /* fence_tokens changed in this transaction */
-	int			watchState;		/* watch triggers: 0 unknown, 1 there, 2 not */
-	int			watchRunsState;	/* the watch runs (watchRuns): 0 unknown, 1 yes, 2 no */
-	sqlite3_stmt *pWatchMark;	/* prepared when the watch was last seen (fenceWatchIntact) */
-	const char *zWriting;		/* fence's own write of fence_tokens under way: */
-	int			nWriting;		/* the resource, */
-	sqlite3_int64 writingToken; /* the token written, */
-	int			bWritingReset;	/* or a delete */
 	/* schema changes, seen through the enlisting statement (fence_held.c) */
 	sqlite3_stmt *pEnlistLast;	/* the one the open transaction ran */
 	int			bEnlistSchemaSame;	/* and it ran on the schema last checked */
@@ -187,8 +244,7 @@ typedef struct FenceConn
 	sqlite3_stmt *pProbeMain;
 	sqlite3_stmt *pProbeTemp;
 	sqlite3_stmt *pJournalMode;
-	/* leases (fence_lease.c): the connection grants go through in a transaction */
-	sqlite3    *pLeaseDb;
+	FenceLeases lease;			/* fence_lease.c */
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
 
@@ -198,12 +254,36 @@ typedef struct FenceConn
 	 */
 	FenceHeldEntry aHeldFirst[FENCE_HELD_FIRST];	/* held's first entries, */
 	int			aHeldBuckets[FENCE_HELD_FIRST]; /* buckets */
-	char		zHeldNames[FENCE_HELD_FIRST * 32];	/* and resources' copies */
-	FenceHint	aHint[FENCE_HINTS];
+	char		zHeldNames[FENCE_HELD_FIRST * 32];	/* and resources' copies (fence_held.c) */
+	FenceCache	cache;			/* fence_cache.c */
 	const FenceHooks *pHooks;	/* fence_init.c's */
-	int			savedRc;		/* the error zSavedErr describes */
+	int			savedRc;		/* the error zSavedErr describes (fence_accept.c) */
 	char		zSavedErr[1536];
 } FenceConn;
+
+/* fence_cache.c: the slot of resource z in FenceCache.aHint */
+static inline unsigned
+fenceCacheSlot(const char *z, int n)
+{
+	return fence_hash(z, (size_t) n) % FENCE_HINTS;
+}
+
+/*
+ * The cache's verdict on z: its highest, if this transaction may take it
+ * and it is at least token (an equal or a stale token; an advance reads,
+ * for the undo log wants the row's updated_at). NULL: read.
+ */
+static inline const FenceHint *
+fenceCacheGet(const FenceConn *conn, const char *z, int n, sqlite3_int64 token)
+{
+	const FenceHint *h = &conn->cache.aHint[fenceCacheSlot(z, n)];
+
+	if (conn->cache.txn == FENCE_CACHE_TXN_ON && h->gen == conn->cache.gen &&
+		h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
+		memcmp(h->z, z, (size_t) n) == 0)
+		return h;
+	return NULL;
+}
 
 /*
  * The code a function's error is raised with. SQLite takes a code <= 0 for
@@ -233,17 +313,24 @@ fenceGuardMemoForget(FenceConn *conn)
 		conn->guardEpoch = 1;
 }
 
-/* fence_cache.c */
-void		fenceCacheWatchCreate(FenceConn *conn);
-void		fenceCacheTxnBegin(FenceConn *conn);
-void		fenceCacheForget(FenceConn *conn);
-void		fenceCacheWatchLost(FenceConn *conn);
-int			fenceWatchIntact(const FenceConn *conn);
-void		fenceCacheSchemaChanged(FenceConn *conn);
-unsigned	fenceCacheStamp(const FenceConn *conn);
-void		fenceCacheTxnEnd(FenceConn *conn, int bCommitted);
-void		fenceCacheRolledBackTo(FenceConn *conn);
-void		fenceTokensChangedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
+/*
+ * fence_held.c is the one writer of what the transaction holds (held,
+ * bBroken); the files above change it through these.
+ */
+int			fenceHeldBreak(FenceConn *conn);
+void		fenceHeldTruncate(FenceConn *conn, int n);
+void		fenceConnRetain(FenceConn *conn);
+
+/*
+ * The open transaction holds z at token (-1: no longer holds it); nonzero
+ * when that could not be recorded, and the caller must fenceHeldBreak.
+ */
+static inline int
+fenceHeldSet(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
+{
+	fenceGuardMemoForget(conn);
+	return fence_held_set(&conn->held, z, (size_t) n, token, 0);
+}
 
 /* fence_held.c */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
@@ -280,23 +367,10 @@ typedef struct FenceFunction
 
 /* fence.c: its SQL functions, in the order they are registered; their count */
 int			fenceCoreFunctions(const FenceFunction **pa);
-/* fence.c */
-void		fenceFinalizeStatements(FenceConn *conn);
-void		fenceUndoForget(FenceConn *conn);
-void		fenceHintsFree(FenceConn *conn);
-/* for fence_lease.c: fence_check's validation, errors and token read */
+/* fence.c, for fence_lease.c: fence_check's validation and errors */
 int			fenceArgResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn);
 int			fenceArgToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken);
 void		fenceResultError(sqlite3_context *ctx, const char *zMsg, int rc);
-void		fenceResultDbError(sqlite3_context *ctx, FenceConn *conn, int rc);
-int			fenceReadHighest(FenceConn *conn, const char *z, int n, int *pHas,
-							 sqlite3_int64 *pHighest);
-
-/* fence_lease.c */
-void		fenceAcquireFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceRenewFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceReleaseFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv);
-void		fenceLeaseFinalize(FenceConn *conn);
 
 /*
  * fence's own tables, as SQLite stores their definitions in sqlite_schema
@@ -358,6 +432,7 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 
 /* fence_stats.c (the accept path's inline part: fence_stats.h) */
 int			fenceStatsRegister(sqlite3 *db, FenceConn *conn);
+int			fenceNowMs(sqlite3_int64 *pNow);
 void		fenceStatsFree(FenceConn *conn);
 
 /* fence_schema_read.c: the schema read whole through an authorizer */
@@ -479,7 +554,7 @@ FENCE_EXPORT int sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 	"hides fence's own virtual table of that name; fence refuses to work until it is " \
 	"renamed or dropped"
 
-/* Internal return codes of fence.c, turned into the messages above. */
+/* Internal return codes of fence_accept.c and fence.c, turned into the messages above. */
 #define FENCE_RC_BROKEN    (-1)
 #define FENCE_RC_REENTERED (-2)
 #define FENCE_RC_SHADOWED  (-3)

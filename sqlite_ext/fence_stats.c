@@ -3,7 +3,10 @@
  *
  * fence_stats: what this connection's fence accepted and refused, per
  * resource, since the connection opened, as an eponymous, read-only
- * virtual table:
+ * virtual table (fenceStatsRegister; the accept path's part is
+ * fence_stats.h: fenceStatsFind, fenceStatsCount, fenceStatsSettleMemo;
+ * fenceStatsFree), and fenceNowMs, the clock fence_lease.c reads too. Its
+ * counts are core's FenceCounts, indexed by core's FenceHeld table.
  *
  *   SELECT * FROM fence_stats;
  *   resource | accepted | rejected | last_rejected_token | last_rejected_at
@@ -44,42 +47,6 @@ statsRemember(struct FenceStats *s, int i)
 	return i;
 }
 
-static unsigned
-statsHash(const char *z, int n)
-{
-	unsigned	h = 2166136261u;	/* FNV-1a */
-	int			i;
-
-	for (i = 0; i < n; i++)
-		h = (h ^ (unsigned char) z[i]) * 16777619u;
-	return h;
-}
-
-static int
-statsGrowSlots(struct FenceStats *s)
-{
-	int			nSlot = s->nSlot ? s->nSlot * 2 : 16;
-	int		   *aSlot = sqlite3_malloc64(sizeof(int) * (sqlite3_uint64) nSlot);
-	int			i;
-
-	if (aSlot == NULL)
-		return SQLITE_NOMEM;
-	for (i = 0; i < nSlot; i++)
-		aSlot[i] = -1;
-	for (i = 0; i < s->nEntry; i++)
-	{
-		unsigned	k = s->a[i].hash & (unsigned) (nSlot - 1);
-
-		while (aSlot[k] >= 0)
-			k = (k + 1) & (unsigned) (nSlot - 1);
-		aSlot[k] = i;
-	}
-	sqlite3_free(s->aSlot);
-	s->aSlot = aSlot;
-	s->nSlot = nSlot;
-	return SQLITE_OK;
-}
-
 /*
  * The entry of resource z, made if it has none: its index, or -1 when
  * memory ran out (nothing is then changed). Entries never move their index,
@@ -90,8 +57,7 @@ fenceStatsSlot(FenceConn *conn, const char *z, int n)
 {
 	struct FenceStats *s = conn->pStats;
 	FenceStatEntry *e;
-	unsigned	h;
-	unsigned	k;
+	int64_t		i;
 
 	if (s == NULL)
 	{
@@ -99,22 +65,13 @@ fenceStatsSlot(FenceConn *conn, const char *z, int n)
 		if (s == NULL)
 			return -1;
 		memset(s, 0, sizeof(*s));
+		fence_held_init(&s->index, &fenceSqliteAllocator);
 		s->nLast = -1;
 		conn->pStats = s;
 	}
-	h = statsHash(z, n);
-	if (s->nSlot > 0)
-	{
-		for (k = h & (unsigned) (s->nSlot - 1); s->aSlot[k] >= 0;
-			 k = (k + 1) & (unsigned) (s->nSlot - 1))
-		{
-			e = &s->a[s->aSlot[k]];
-			if (e->hash == h && e->n == n && memcmp(e->resource, z, (size_t) n) == 0)
-				return statsRemember(s, s->aSlot[k]);
-		}
-	}
-	if ((s->nEntry + 1) * 2 > s->nSlot && statsGrowSlots(s) != SQLITE_OK)
-		return -1;
+	i = fence_held_get(&s->index, z, (size_t) n);
+	if (i >= 0)
+		return statsRemember(s, (int) i);
 	if (s->nEntry == s->nAlloc)
 	{
 		int			nAlloc = s->nAlloc ? s->nAlloc * 2 : 8;
@@ -133,35 +90,48 @@ fenceStatsSlot(FenceConn *conn, const char *z, int n)
 	memcpy(e->resource, z, (size_t) n);
 	e->resource[n] = '\0';
 	e->n = n;
-	e->hash = h;
-	for (k = h & (unsigned) (s->nSlot - 1); s->aSlot[k] >= 0; k = (k + 1) & (unsigned) (s->nSlot - 1))
-		;
-	s->aSlot[k] = s->nEntry;
+	if (fence_held_set(&s->index, z, (size_t) n, s->nEntry, 0) != 0)
+	{
+		sqlite3_free(e->resource);
+		return -1;
+	}
 	return statsRemember(s, s->nEntry++);
 }
 
-/* The default VFS's clock, in ms since the Unix epoch; 0 if it fails. */
-static sqlite3_int64
-statsNowMs(void)
+/*
+ * The default VFS's clock, in ms since the Unix epoch (fence_stats'
+ * last_rejected_at, and the leases' clock, fence_lease.c); an error of the
+ * VFS's, *pNow then unspecified.
+ */
+int
+fenceNowMs(sqlite3_int64 *pNow)
 {
 	sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
 	sqlite3_int64 jd = 0;
+	int			rc = SQLITE_ERROR;
 
-	if (vfs && vfs->iVersion >= 2 && vfs->xCurrentTimeInt64 &&
-		vfs->xCurrentTimeInt64(vfs, &jd) == SQLITE_OK)
-		return jd - (sqlite3_int64) 210866760000000;
-	return 0;
+	if (vfs && vfs->iVersion >= 2 && vfs->xCurrentTimeInt64)
+		rc = vfs->xCurrentTimeInt64(vfs, &jd);
+	else if (vfs && vfs->xCurrentTime)
+	{
+		double		d = 0;
+
+		rc = vfs->xCurrentTime(vfs, &d);
+		jd = (sqlite3_int64) (d * 86400000.0);
+	}
+	*pNow = jd - (sqlite3_int64) 210866760000000;	/* the Julian day epoch, in ms */
+	return rc;
 }
 
 /* A stale rejection of token for the resource of slot. */
 void
 fenceStatsReject(FenceConn *conn, int slot, sqlite3_int64 token)
 {
-	FenceStatEntry *e = &conn->pStats->a[slot];
+	sqlite3_int64 now;
 
-	e->rejected++;
-	e->lastToken = token;
-	e->lastAtMs = statsNowMs();
+	if (fenceNowMs(&now) != SQLITE_OK)
+		now = 0;
+	fence_counts_reject(&conn->pStats->a[slot].counts, token, now);
 }
 
 void
@@ -175,7 +145,7 @@ fenceStatsFree(FenceConn *conn)
 	for (i = 0; i < s->nEntry; i++)
 		sqlite3_free(s->a[i].resource);
 	sqlite3_free(s->a);
-	sqlite3_free(s->aSlot);
+	fence_held_free(&s->index);
 	sqlite3_free(s);
 	conn->pStats = NULL;
 }
@@ -260,7 +230,7 @@ statsConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 		return SQLITE_NOMEM;
 	memset(vtab, 0, sizeof(*vtab));
 	vtab->conn = pAux;
-	vtab->conn->nRef++;
+	fenceConnRetain(vtab->conn);
 	*ppVtab = &vtab->base;
 	return SQLITE_OK;
 }
@@ -308,7 +278,8 @@ statsSettle(StatsCursor *cur)
 {
 	struct FenceStats *s = statsConn(&cur->base)->pStats;
 
-	while (cur->i < cur->nEnd && s->a[cur->i].accepted == 0 && s->a[cur->i].rejected == 0)
+	while (cur->i < cur->nEnd && s->a[cur->i].counts.accepted == 0 &&
+		   s->a[cur->i].counts.rejected == 0)
 		cur->i++;
 }
 
@@ -361,19 +332,19 @@ statsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
 			break;
 		case 1:
 			fenceStatsSettleMemo(statsConn(pCur));	/* guards ran since the scan began */
-			sqlite3_result_int64(ctx, e->accepted);
+			sqlite3_result_int64(ctx, e->counts.accepted);
 			break;
 		case 2:
-			sqlite3_result_int64(ctx, e->rejected);
+			sqlite3_result_int64(ctx, e->counts.rejected);
 			break;
 		case 3:
-			if (e->rejected)
-				sqlite3_result_int64(ctx, e->lastToken);
+			if (e->counts.has_rejection)
+				sqlite3_result_int64(ctx, e->counts.last_token);
 			break;
 		default:
-			if (e->rejected)
+			if (e->counts.has_rejection)
 			{
-				statsFormatTime(e->lastAtMs, buf, (int) sizeof(buf));
+				statsFormatTime(e->counts.last_at, buf, (int) sizeof(buf));
 				sqlite3_result_text(ctx, buf, -1, SQLITE_TRANSIENT);
 			}
 			break;

@@ -14,11 +14,7 @@ typedef struct FenceStatEntry
 {
 	char	   *resource;		/* sqlite3_malloc'd, NUL-terminated */
 	int			n;
-	unsigned	hash;
-	sqlite3_int64 accepted;
-	sqlite3_int64 rejected;
-	sqlite3_int64 lastToken;	/* the last rejected token */
-	sqlite3_int64 lastAtMs;		/* when, ms since the Unix epoch */
+	FenceCounts counts;			/* core's; last_at in ms since the Unix epoch */
 } FenceStatEntry;
 
 struct FenceStats
@@ -26,8 +22,7 @@ struct FenceStats
 	FenceStatEntry *a;			/* in order of first use; an index never moves */
 	int			nEntry;
 	int			nAlloc;
-	int		   *aSlot;			/* open addressing: index into a, or -1 */
-	int			nSlot;			/* a power of two, at least 2 * nEntry */
+	FenceHeld	index;			/* resource -> index into a (core's table) */
 	int			iLast;			/* the entry last asked for */
 	const char *zLast;			/* its resource and length (-1: none yet) */
 	int			nLast;
@@ -74,7 +69,7 @@ static inline void
 fenceStatsCount(FenceConn *conn, int slot, int bStale, sqlite3_int64 token)
 {
 	if (!bStale)
-		conn->pStats->a[slot].accepted++;
+		conn->pStats->a[slot].counts.accepted++;
 	else
 		fenceStatsReject(conn, slot, token);
 }
@@ -90,7 +85,8 @@ fenceStatsSettleMemo(FenceConn *conn)
 {
 	if (conn->nMemoAccepts > 0)
 	{
-		conn->pStats->a[conn->memoWrite.statsSlot].accepted += (sqlite3_int64) conn->nMemoAccepts;
+		conn->pStats->a[conn->memoWrite.statsSlot].counts.accepted +=
+			(sqlite3_int64) conn->nMemoAccepts;
 		conn->nMemoAccepts = 0;
 	}
 }

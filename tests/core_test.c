@@ -257,6 +257,29 @@ testLease(void)
 		   "token space exhausted message");
 }
 
+/* fence_hash (FNV-1a) and a resource's counts, which both engines use */
+static void
+testCounts(void)
+{
+	FenceCounts a = {0};
+	FenceCounts b = {0};
+
+	expect(fence_hash("", 0) == 2166136261u && fence_hash("a", 1) == 0xe40c292cu &&
+		   fence_hash("foobar", 6) == 0xbf9cf968u, "fence_hash is FNV-1a");
+	a.accepted = 3;
+	fence_counts_reject(&b, 7, 100);
+	fence_counts_reject(&b, 5, 200);
+	expect(b.rejected == 2 && b.last_token == 5 && b.last_at == 200 && b.has_rejection,
+		   "a rejection counts and becomes the last");
+	fence_counts_add(&a, &b);
+	expect(a.accepted == 3 && a.rejected == 2 && a.last_token == 5 && a.has_rejection,
+		   "adding counts keeps the later last rejection");
+	b = (FenceCounts) {1, 0, 0, 0, 0};
+	fence_counts_add(&a, &b);
+	expect(a.accepted == 4 && a.last_token == 5 && a.last_at == 200,
+		   "counts without a rejection leave the last one");
+}
+
 int
 main(void)
 {
@@ -313,5 +336,6 @@ main(void)
 	testHeld();
 	testUtf8Cut();
 	testLease();
+	testCounts();
 	return failures ? 1 : 0;
 }
