@@ -237,8 +237,8 @@ readUncommittedRefused(FenceConn *conn, const char *z, int n)
 		return SQLITE_OK;
 	conn->savedRc = FENCE_RC_UNTRUSTED;
 	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-					 "fence refused: shared cache with read_uncommitted on would read uncommitted "
-					 "tokens of \"%.*s\"; set PRAGMA read_uncommitted = 0", n, z);
+					 "fence refused: read_uncommitted is on in shared cache, so tokens of "
+					 "\"%.*s\" may be uncommitted; set PRAGMA read_uncommitted = 0", n, z);
 	return FENCE_RC_UNTRUSTED;
 }
 
@@ -1386,9 +1386,8 @@ fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	(void) argc;
 	(void) argv;
-	sqlite3_result_error(ctx, "fence guard refused: this table's guard was made by an "
-						 "earlier fence, whose triggers pass other arguments; run "
-						 "fence_protect on the table again to replace its guard", -1);
+	sqlite3_result_error(ctx, "fence guard refused: the guard was made by an older fence; "
+						 "run fence_protect on the table again", -1);
 }
 
 /*
