@@ -1225,9 +1225,7 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (rc != SQLITE_OK)
 	{
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema version: %s",
-										rc == SQLITE_AUTH ? "PRAGMA schema_version gave no "
-										"value (an authorizer that answers SQLITE_IGNORE to "
-										"PRAGMA?); fence refuses rather than guess" :
+										rc == SQLITE_AUTH ? "PRAGMA schema_version returned no row" :
 										sqlite3_errmsg(conn->db)));
 		return 0;
 	}
