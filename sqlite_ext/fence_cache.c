@@ -77,8 +77,8 @@ SQLITE_EXTENSION_INIT3
  */
 #define WATCH_WHEN(args) \
 	" WHEN CASE WHEN fence_tokens_changed(" args ") IS NOT NULL THEN 0 ELSE " \
-	"RAISE(ABORT, 'fence: the watch of main.fence_tokens did not run (an authorizer " \
-	"ignored it?): write refused') END BEGIN SELECT 0; END"
+	"RAISE(ABORT, 'fence refused: the watch of main.fence_tokens returned NULL') " \
+	"END BEGIN SELECT 0; END"
 
 
 /* after "CREATE TEMP TRIGGER "; sqlite_temp_master keeps "CREATE TRIGGER " and this */
