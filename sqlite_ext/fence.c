@@ -1386,7 +1386,7 @@ fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	(void) argc;
 	(void) argv;
-	sqlite3_result_error(ctx, "fence guard refused: the guard was made by an older fence; "
+	sqlite3_result_error(ctx, "fence guard refused: the guard passes an older fence's arguments; "
 						 "run fence_protect on the table again", -1);
 }
 
