@@ -166,38 +166,44 @@ fence_hint_missing(FenceMissing why)
 		"or set the table's token column in this statement.";
 }
 
-/* SQLite's one-line form: errmsg (errdetail errhint). */
-static char *
-join_line(char *buf, const char *msg, const char *detail, const char *hint)
-{
-	/* cut at FENCE_MSG_MAX bytes, as each part was (a long resource name) */
-	if (snprintf(buf, FENCE_MSG_MAX, "%s (%s %s)", msg, detail, hint) < 0)
-		buf[0] = '\0';
-	return buf;
-}
-
+/*
+ * SQLite's one line: the primary message, then what was observed and the
+ * remedy in a clause (PostgreSQL's DETAIL and HINT, shortened): under 200
+ * bytes with a 40-byte resource and 19-digit tokens.
+ */
 char *
 fence_line_stale(char *buf, const char *res, size_t len, int64_t token,
 				 int64_t highest)
 {
-	char		msg[FENCE_MSG_MAX];
-	char		detail[FENCE_MSG_MAX];
+	char		shown[SHOWN_BUF];
 
-	return join_line(buf, fence_msg_stale(msg, res, len, token),
-					 fence_detail_stale(detail, res, len, highest),
-					 fence_hint_stale());
+	snprintf(buf, FENCE_MSG_MAX,
+			 "stale fencing token %" PRId64 " for resource %s: the highest accepted is %"
+			 PRId64 "; acquire the lock again for a new token",
+			 token, shown_resource(shown, res, len), highest);
+	return buf;
 }
 
 char *
 fence_line_missing(char *buf, FenceMissing why, const char *res, size_t len,
 				   const char *column)
 {
-	char		msg[FENCE_MSG_MAX];
-	char		detail[FENCE_MSG_MAX];
+	char		shown[SHOWN_BUF];
 
-	return join_line(buf, fence_msg_missing(msg, res, len),
-					 fence_detail_missing(detail, why, res, len, column),
-					 fence_hint_missing(why));
+	if (why == FENCE_MISSING_NULL_TOKEN && column)
+		snprintf(buf, FENCE_MSG_MAX,
+				 "fencing token required for resource %s: the token column \"%.*s\" is NULL; "
+				 "write the granted token into it", shown_resource(shown, res, len),
+				 (int) clip_utf8(column, strlen(column), 100), column);
+	else if (why == FENCE_MISSING_NULL_TOKEN)
+		snprintf(buf, FENCE_MSG_MAX,
+				 "fencing token required for resource %s: the token column is NULL; "
+				 "write the granted token into it", shown_resource(shown, res, len));
+	else
+		snprintf(buf, FENCE_MSG_MAX,
+				 "fencing token required for resource %s: no token accepted in this transaction; "
+				 "call fence_check first or set the token column", shown_resource(shown, res, len));
+	return buf;
 }
 
 char *

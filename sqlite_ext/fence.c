@@ -593,9 +593,8 @@ fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	(void) argc;
 	(void) argv;
-	sqlite3_result_error(ctx, "fence guard refused: this table's guard was made by an "
-						 "earlier fence, whose triggers pass other arguments; run "
-						 "fence_protect on the table again to replace its guard", -1);
+	sqlite3_result_error(ctx, "fence guard refused: the guard passes an older fence's arguments; "
+						 "run fence_protect on the table again", -1);
 }
 
 /*

@@ -213,8 +213,8 @@ readUncommittedRefused(FenceConn *conn, const char *z, int n)
 		return SQLITE_OK;
 	conn->savedRc = FENCE_RC_UNTRUSTED;
 	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
-					 "fence refused: shared cache with read_uncommitted on would read uncommitted "
-					 "tokens of \"%.*s\"; set PRAGMA read_uncommitted = 0", n, z);
+					 "fence refused: read_uncommitted is on in shared cache, so tokens of "
+					 "\"%.*s\" may be uncommitted; set PRAGMA read_uncommitted = 0", n, z);
 	return FENCE_RC_UNTRUSTED;
 }
 

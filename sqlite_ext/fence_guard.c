@@ -96,8 +96,8 @@ refuseSchemaRead(sqlite3_context *ctx, sqlite3 *db, int rc, const char *zSchema,
 		refuse(ctx, rc, NULL);
 	else if (rc == FENCE_RC_INVALID)
 		refuse(ctx, rc,
-			   sqlite3_mprintf("fence guard refused: a value of the schema of \"%s\" read NULL, "
-							   "so fence cannot check %s", zSchema, zCheck));
+			   sqlite3_mprintf("fence guard refused: the schema of \"%s\" read back NULL, so "
+							   "it cannot check %s", zSchema, zCheck));
 	else
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\" to check "
 										"%s: %s", zSchema, zCheck, sqlite3_errmsg(db)));
@@ -469,9 +469,7 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 	{
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: \"%s\" has a column named rowid, which "
-							   "hides the rowid its guard's look-ups read, so a REPLACE onto "
-							   "another row's rowid would go unchecked; rename the column",
-							   zTable));
+							   "hides the rowid the guard reads; rename the column", zTable));
 		return 0;
 	}
 	/* fence_protect refuses these; a guard made before did not */
@@ -480,8 +478,8 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 		{
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: UNIQUE index \"%s\" of \"%s\" is "
-								   "partial; make it whole, or protect the table with one "
-								   "resource", ix->a[i].zName, zTable));
+								   "partial; make it whole or use one resource for the table",
+								   ix->a[i].zName, zTable));
 			return 0;
 		}
 	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr->n; t++)
@@ -525,7 +523,7 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 				rc = SQLITE_NOMEM;
 			else if (j < x->nCol || (!holdsLookup(zSql, zTerm) &&
 									 (zKeyCall == NULL || !containsNoCase(zSql, zKeyCall))))
-				zMissing = sqlite3_mprintf("UNIQUE index \"%s\" in trigger \"%s\"", x->zName, zName);
+				zMissing = sqlite3_mprintf("index \"%s\" (trigger \"%s\")", x->zName, zName);
 			sqlite3_free(zTerm);
 			sqlite3_free(zKeyCall);
 		}
@@ -540,8 +538,8 @@ checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 	if (zMissing != NULL)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" does not cover "
-							   "REPLACE through %s; run fence_protect again", zTable, zMissing));
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" misses REPLACE "
+							   "through %s; run fence_protect again", zTable, zMissing));
 		sqlite3_free(zMissing);
 		return 0;
 	}
@@ -656,9 +654,8 @@ checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			{
 				refuse(ctx, FENCE_RC_INVALID,
 					   sqlite3_mprintf("fence guard refused: BEFORE UPDATE trigger %s.\"%s\" "
-									   "rewrites rows of \"%s\" after the guard's REPLACE "
-									   "check; make it AFTER UPDATE", azSchema[s],
-									   tr.a[t].zName, zTable));
+									   "may rewrite rows after the guard's check; make it "
+									   "AFTER UPDATE", azSchema[s], tr.a[t].zName));
 				fenceGuardTriggersFree(&tr);
 				sqlite3_free(zOwn);
 				return 0;
@@ -774,12 +771,12 @@ checkDefaultsSeen(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTrigger
 	if (zReplaced != NULL)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: NOT NULL DEFAULT column \"%s\" of \"%s\" "
-							   "(%s) takes its DEFAULT after the guard ran; drop the DEFAULT "
-							   "or use CHECK (\"%s\" IS NOT NULL)", zReplaced, zTable,
+			   sqlite3_mprintf("fence guard refused: NOT NULL DEFAULT column \"%s\" (%s) gets "
+							   "its DEFAULT after the guard; drop the DEFAULT or make NOT "
+							   "NULL a CHECK", zReplaced,
 							   why == FENCE_DEFAULT_AFTER ? "the token, checked after INSERT" :
 							   why == FENCE_DEFAULT_GENERATED ? "beside a generated column" :
-							   "in a UNIQUE index", zReplaced));
+							   "in a UNIQUE index"));
 		sqlite3_free(zReplaced);
 		return 0;
 	}
@@ -862,10 +859,9 @@ checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							 "the triggers on the guarded table");
 		else if (zBad != NULL)
 			refuse(ctx, FENCE_RC_INVALID,
-				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" on \"%s\" may "
-								   "RAISE(IGNORE) or run AFTER INSERT, before the check of "
-								   "the assigned key; make it BEFORE INSERT without "
-								   "RAISE(IGNORE)", azSchema[s], zBad, zTable));
+				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" can skip the check "
+								   "of an assigned key (RAISE(IGNORE), AFTER INSERT); use "
+								   "BEFORE INSERT", azSchema[s], zBad));
 		fenceGuardTriggersFree(&tr);
 		if (rc != SQLITE_OK || zBad != NULL)
 		{
@@ -927,9 +923,9 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	}
 	if (rc == SQLITE_DONE)
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: guard %lld is not recorded in main; "
-							   "write the table through a connection that opens its file as "
-							   "main, not ATTACH", (long long) id));
+			   sqlite3_mprintf("fence guard refused: guard %lld is not in main.fence_guards; "
+							   "write the table with its file opened as main, not attached",
+							   (long long) id));
 	else if (rc != SQLITE_ROW)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read main.fence_guards: %s",
 										(long long) id, sqlite3_errmsg(db)));
@@ -937,10 +933,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			 (zRes != NULL && (sqlite3_column_bytes(stmt, 0) != nRes ||
 							   memcmp(sqlite3_column_text(stmt, 0), zRes, (size_t) nRes) != 0)))
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: guard %lld of table \"%s\" was recorded "
-							   "for %s \"%s\", not for the one this call names; run "
-							   "fence_protect again", (long long) id,
-							   (const char *) sqlite3_column_text(stmt, 3),
+			   sqlite3_mprintf("fence guard refused: guard %lld was made for %s \"%s\", not "
+							   "the one this call names; run fence_protect again", (long long) id,
 							   sqlite3_column_int(stmt, 1) ? "resource prefix" : "resource",
 							   (const char *) sqlite3_column_text(stmt, 0)));
 	else if (strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0)
@@ -954,7 +948,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		else if (rc == FENCE_RC_INVALID)
 			refuse(ctx, FENCE_RC_INVALID,
 				   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" read "
-								   "NULL", (const char *) sqlite3_column_text(stmt, 3)));
+								   "back NULL", (const char *) sqlite3_column_text(stmt, 3)));
 		else
 			refuseSchemaRead(ctx, db, rc, "main", "the UNIQUE indexes of the guarded table");
 	}
@@ -1019,10 +1013,9 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		if (bHolds)
 		{
 			refuse(ctx, FENCE_RC_INVALID,
-				   sqlite3_mprintf("fence guard refused: guard %lld is recorded both in main "
-								   "and in attached database \"%s\" (a copy of the same file?), "
-								   "so the table being written may be the attached one; detach "
-								   "it to write", (long long) id, sqlite3_db_name(db, i)));
+				   sqlite3_mprintf("fence guard refused: guard %lld is in both main and "
+								   "attached \"%s\", so the table written may be the attached "
+								   "one; detach it", (long long) id, sqlite3_db_name(db, i)));
 			goto fail;
 		}
 	}
@@ -1127,9 +1120,8 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 							   zMode));
 	else if (rc == SQLITE_DONE)
 		refuse(ctx, SQLITE_AUTH,
-			   sqlite3_mprintf("fence guard: PRAGMA main.journal_mode gave no value (an "
-							   "authorizer that answers SQLITE_IGNORE to PRAGMA?); fence "
-							   "refuses rather than guess whether a refusal can be undone"));
+			   sqlite3_mprintf("fence guard refused: PRAGMA main.journal_mode returned no "
+							   "row, so it cannot tell whether a refused write can be undone"));
 	else
 		refuse(ctx, rc == SQLITE_ROW ? SQLITE_NOMEM : rc,
 			   sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",
@@ -1210,9 +1202,8 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (sqlite3_value_type(idArg) != SQLITE_INTEGER)
 	{
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the trigger passed no guard id, so it "
-							   "was made by fence 1.2 or older (or by hand); run fence_protect "
-							   "on the table again to replace its guard"));
+			   sqlite3_mprintf("fence guard refused: the trigger passed no guard id; run "
+							   "fence_protect on the table again"));
 		return 0;
 	}
 	if (!journalWorks(ctx, conn))
@@ -1234,9 +1225,7 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (rc != SQLITE_OK)
 	{
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema version: %s",
-										rc == SQLITE_AUTH ? "PRAGMA schema_version gave no "
-										"value (an authorizer that answers SQLITE_IGNORE to "
-										"PRAGMA?); fence refuses rather than guess" :
+										rc == SQLITE_AUTH ? "PRAGMA schema_version returned no row" :
 										sqlite3_errmsg(conn->db)));
 		return 0;
 	}

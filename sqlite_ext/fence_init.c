@@ -171,9 +171,9 @@ fenceLocksOff(sqlite3 *db)
 		struct stat st;
 
 		if (stat(zFile, &st) == 0 && st.st_nlink > 1)
-			zMsg = sqlite3_mprintf("fence not loaded: \"%s\" has %lu hard links, and connections "
-								   "through two names do not exclude each other; remove the "
-								   "other links", zFile, (unsigned long) st.st_nlink);
+			zMsg = sqlite3_mprintf("fence not loaded: \"%s\" has %lu hard links, whose "
+								   "connections do not exclude each other; remove the other links",
+								   zFile, (unsigned long) st.st_nlink);
 	}
 #endif
 	sqlite3_free(zVfs);

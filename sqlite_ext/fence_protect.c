@@ -112,10 +112,8 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 								 sqlite3_column_type(stmt, 1) != SQLITE_TEXT);
 	if (bNull)
 		resultError(ctx, SQLITE_AUTH,
-					sqlite3_mprintf("%s: the schema entry of \"%s\" read back NULL (an "
-									"authorizer that answers SQLITE_IGNORE to reads of "
-									"sqlite_schema?); let the authorizer allow them",
-									zFunc, zName));
+					sqlite3_mprintf("%s: the schema entry of \"%s\" read back NULL; allow "
+									"reads of sqlite_schema", zFunc, zName));
 	else if (rc == SQLITE_ROW && strcmp((const char *) sqlite3_column_text(stmt, 1), "table") == 0)
 		zFound = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
 	if (zFound == NULL && !bNull)
@@ -267,11 +265,8 @@ lookupColumn(sqlite3_context *ctx, const char *zTable, const char *zColumn,
 		{
 			resultError(ctx, FENCE_RC_INVALID,
 						sqlite3_mprintf("fence_protect: cannot tell whether \"%s\".\"%s\" is "
-										"the table's INTEGER PRIMARY KEY: fence's reads of its "
-										"columns and indexes came back blinded or failed (an "
-										"authorizer (sqlite3_set_authorizer) that answers "
-										"SQLITE_IGNORE or SQLITE_DENY to them?); the table is "
-										"left as it was", zTable, zColumn));
+										"the INTEGER PRIMARY KEY: its schema read back NULL or "
+										"failed", zTable, zColumn));
 			return 0;
 		}
 	}
@@ -333,20 +328,17 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 		{
 			resultError(ctx, SQLITE_ERROR,
 						sqlite3_mprintf("fence_protect: token column \"%s\".\"%s\" is "
-										"generated; a token must be written by the statement; "
-										"the table is left unguarded", spec->zTable,
-										spec->zTokenColumn));
+										"generated; the statement must write the token",
+										spec->zTable, spec->zTokenColumn));
 			return 0;
 		}
 		if (strcmp(declaredAffinity(zType), "TEXT") == 0 ||
 			strcmp(declaredAffinity(zType), "REAL") == 0)
 		{
 			resultError(ctx, SQLITE_ERROR,
-						sqlite3_mprintf("fence_protect: token column \"%s\".\"%s\" is declared "
-										"\"%s\", which has %s affinity; a fencing token is an "
-										"integer, so declare the column INTEGER (or NUMERIC, "
-										"or with no type); the table is left unguarded",
-										spec->zTable, spec->zTokenColumn, zType ? zType : "",
+						sqlite3_mprintf("fence_protect: token column \"%s\".\"%s\" has %s affinity, "
+										"not integer; declare it INTEGER, NUMERIC or untyped",
+										spec->zTable, spec->zTokenColumn,
 										declaredAffinity(zType)));
 			return 0;
 		}
@@ -373,12 +365,9 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 			 (isStrict(db, spec->zTable) && zType && sqlite3_stricmp(zType, "ANY") == 0)))
 		{
 			resultError(ctx, SQLITE_ERROR,
-						sqlite3_mprintf("fence_protect: key column \"%s\".\"%s\" is declared "
-										"\"%s\", which has %s affinity; under it two values "
-										"the table holds as one key (1 and 1.0) would name two "
-										"resources, so declare the key column INTEGER or TEXT; "
-										"the table is left unguarded", spec->zTable,
-										spec->zKeyColumn, zType ? zType : "",
+						sqlite3_mprintf("fence_protect: key column \"%s\".\"%s\" has %s affinity, "
+										"so 1 and 1.0 are two resources; declare it INTEGER or "
+										"TEXT", spec->zTable, spec->zKeyColumn,
 										zType && sqlite3_stricmp(zType, "ANY") == 0 &&
 										isStrict(db, spec->zTable) ? "no" :
 										declaredAffinity(zType)));
@@ -387,11 +376,9 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 		if (zColl && sqlite3_stricmp(zColl, "BINARY") != 0)
 		{
 			resultError(ctx, SQLITE_ERROR,
-						sqlite3_mprintf("fence_protect: key column \"%s\".\"%s\" has collation "
-										"%s, under which two different texts can be one key; "
-										"a per-row resource is the key's exact text, so use a "
-										"key column with BINARY collation; the table is left "
-										"unguarded", spec->zTable, spec->zKeyColumn, zColl));
+						sqlite3_mprintf("fence_protect: key column \"%s\" has collation %s, under "
+										"which two texts can be one key; use BINARY",
+										spec->zKeyColumn, zColl));
 			return 0;
 		}
 	}
@@ -425,10 +412,7 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 	{
 		resultError(ctx, SQLITE_ERROR,
 					sqlite3_mprintf("fence_protect: the UNIQUE indexes of \"%s\" read back "
-									"blinded or not at all (an authorizer that answers "
-									"SQLITE_IGNORE to reads of pragma_index_list or "
-									"pragma_index_xinfo, or to a SELECT?); the table is left "
-									"unguarded", spec->zTable));
+									"NULL or no rows; the table is left unguarded", spec->zTable));
 		bReported = 1;
 	}
 	for (i = 0; rc == SQLITE_OK && zTerms && i < ix.n; i++)
@@ -443,11 +427,9 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 		if (j < x->nCol)
 		{
 			resultError(ctx, SQLITE_ERROR,
-						sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" of \"%s\" is on "
-										"an expression; fence cannot look up the rows a "
-										"REPLACE through it would delete, so a per-row guard "
-										"refuses such a table; the table is left unguarded",
-										x->zName, spec->zTable));
+						sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" is on an expression: a "
+										"REPLACE through it escapes a per-row guard; use one "
+										"resource", x->zName));
 			rc = SQLITE_ERROR;
 			bReported = 1;
 			break;
@@ -455,13 +437,9 @@ conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
 		if (x->bPartial)
 		{
 			resultError(ctx, SQLITE_ERROR,
-						sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" of \"%s\" is partial "
-										"(WHERE): an UPDATE of a column of its WHERE clause alone "
-										"moves a row into it, and a REPLACE through it would delete "
-										"rows the guard's look-ups do not see change, so a per-row "
-										"guard refuses such a table; make the index whole, or "
-										"protect the table with one resource; the table is left "
-										"unguarded", x->zName, spec->zTable));
+						sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" is partial: a REPLACE "
+										"through it escapes a per-row guard; make it whole or use "
+										"one resource", x->zName));
 			rc = SQLITE_ERROR;
 			bReported = 1;
 			break;
@@ -958,12 +936,10 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
 						rc == SQLITE_OK ?
 						sqlite3_mprintf("fence_protect: \"%s\" has a column named rowid, which "
-										"hides the rowid a per-row guard's look-ups read; "
-										"rename the column; the table is left unguarded",
+										"hides the rowid a per-row guard reads; rename the column",
 										zCanonical) :
-						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\" "
-										"(an authorizer?); the table is left unguarded",
-										zCanonical));
+						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\"; the "
+										"table is left unguarded", zCanonical));
 			goto done;
 		}
 	}
@@ -977,17 +953,13 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		{
 			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
 						rc == SQLITE_OK ?
-						sqlite3_mprintf("fence_protect: column \"%s\" of \"%s\" is generated, "
-										"and the table has an INTEGER PRIMARY KEY: before an "
-										"INSERT, SQLite computes it from a rowid not yet "
-										"assigned, so a per-row guard would check the wrong "
-										"%s; use a plain column; the table is left unguarded",
-										zGenerated, zCanonical,
+						sqlite3_mprintf("fence_protect: generated column \"%s\" is computed before "
+										"the rowid is assigned, so the guard would check the wrong "
+										"%s; use a plain column", zGenerated,
 										sqlite3_stricmp(zGenerated, spec.zKeyColumn) == 0 ?
 										"resource" : "rows for a REPLACE") :
-						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\" "
-										"(an authorizer?); the table is left unguarded",
-										zCanonical));
+						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\"; the "
+										"table is left unguarded", zCanonical));
 			sqlite3_free(zGenerated);
 			goto done;
 		}
@@ -1014,23 +986,14 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		{
 			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
 						rc == SQLITE_OK ?
-						sqlite3_mprintf("fence_protect: column \"%s\" of \"%s\" is NOT NULL with a "
-										"DEFAULT, and %s: under REPLACE, SQLite writes the DEFAULT "
-										"in place of a NULL after the guard's checks ran, so a "
-										"per-row guard would check the wrong %s; drop the DEFAULT, "
-										"or write the NOT NULL as CHECK (\"%s\" IS NOT NULL); the "
-										"table is left unguarded", zReplaced, zCanonical,
-										why == FENCE_DEFAULT_AFTER ? "it is the token column, "
-										"which a guard keyed on the INTEGER PRIMARY KEY checks "
-										"after the INSERT" : why == FENCE_DEFAULT_GENERATED ?
-										"the table has a generated column (which fence cannot "
-										"follow to its inputs)" : "a UNIQUE index holds it",
-										why == FENCE_DEFAULT_AFTER ? "token" :
-										why == FENCE_DEFAULT_GENERATED ? "resource or rows" :
-										"rows for a REPLACE", zReplaced) :
-						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\" "
-										"(an authorizer?); the table is left unguarded",
-										zCanonical));
+						sqlite3_mprintf("fence_protect: NOT NULL DEFAULT column \"%s\" (%s) gets its "
+										"DEFAULT after the guard under REPLACE; drop the DEFAULT or "
+										"make NOT NULL a CHECK", zReplaced,
+										why == FENCE_DEFAULT_AFTER ? "the token column" :
+										why == FENCE_DEFAULT_GENERATED ? "beside a generated column" :
+										"in a UNIQUE index") :
+						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\"; the "
+										"table is left unguarded", zCanonical));
 			sqlite3_free(zReplaced);
 			goto done;
 		}
@@ -1050,11 +1013,8 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		{
 			resultError(ctx, bBlind ? FENCE_RC_INVALID : sqlite3_errcode(db),
 						bBlind ? sqlite3_mprintf("fence_protect: the UNIQUE indexes of \"%s\" "
-												 "read back blinded (an authorizer "
-												 "(sqlite3_set_authorizer) that answers "
-												 "SQLITE_IGNORE to reads of pragma_index_list "
-												 "or pragma_index_xinfo?); the table is left as "
-												 "it was", zCanonical) :
+												 "read back NULL or no rows; the table is "
+												 "left as it was", zCanonical) :
 						sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
 			goto done;
 		}

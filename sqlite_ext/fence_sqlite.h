@@ -536,23 +536,20 @@ FENCE_EXPORT int sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
  * (SQLITE_ERROR with this message: Python's MemoryError would drop it).
  */
 #define FENCE_BROKEN_MSG \
-	"fence: out of memory while tracking this transaction's fences; it can take " \
-	"or use no fence and cannot commit: roll it back and retry"
+	"fence: out of memory tracking this transaction's fences; roll it back and retry"
 
 /*
  * A guard ran from inside fence's own write of fence_tokens (a trigger on
  * fence_tokens that writes a protected table): refused, never recursed.
  */
 #define FENCE_REENTERED_MSG \
-	"fence: a trigger on fence_tokens wrote a protected table while fence was " \
-	"writing fence_tokens; fence refuses to re-enter itself: drop that trigger " \
-	"or make it write no protected table"
+	"fence refused to re-enter itself: a trigger on fence_tokens wrote a protected " \
+	"table; drop that trigger"
 
 /* A table of the user's hides fence's own virtual tables in main. */
 #define FENCE_SHADOWED_MSG \
-	"fence: a table named fence_held in the main database, or fence_enlist in TEMP, " \
-	"hides fence's own virtual table of that name; fence refuses to work until it is " \
-	"renamed or dropped"
+	"fence refused: a table main.fence_held or temp.fence_enlist hides fence's own; " \
+	"rename or drop it"
 
 /* Internal return codes of fence_accept.c and fence.c, turned into the messages above. */
 #define FENCE_RC_BROKEN    (-1)

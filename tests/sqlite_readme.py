@@ -71,9 +71,10 @@ def quick_start(work):
     stale = re.sub(r" \(\d+\)$", "", quoted_error(sql, "-- Runtime error:"))
     report(len(errors) == 2 and errors[0] == stale,
            "quick start: the stale-token error is word for word the one quoted", "\n".join(errors))
-    required = quoted_error(sql.split("no token at all:")[1], "-- Runtime error:").replace(" (...)", "")
-    report(len(errors) == 2 and errors[1].startswith(required),
-           "quick start: the missing-token error begins as quoted", "\n".join(errors))
+    required = re.sub(r" \(\d+\)$", "",
+                      quoted_error(sql.split("no token at all:")[1], "-- Runtime error:"))
+    report(len(errors) == 2 and errors[1] == required,
+           "quick start: the missing-token error is word for word the one quoted", "\n".join(errors))
     return db
 
 
