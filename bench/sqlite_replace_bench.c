@@ -9,15 +9,18 @@
  *
  * (a rowid table with a TEXT key and one extra UNIQUE index) under
  *
- *   lookups   the guard as fence_protect writes it: the BEFORE INSERT and
- *             BEFORE UPDATE triggers look up, through u and the rowid, the
- *             rows the new one would replace, and check each
- *   delguard  the alternative: no look-ups; PRAGMA recursive_triggers=ON,
- *             so SQLite fires the BEFORE DELETE guard for every row a
- *             REPLACE deletes
+ *   lookups   the guard as fence_protect writes it, recursive_triggers off:
+ *             on a build with look-ups (5bb6d00 and before) the BEFORE
+ *             INSERT and BEFORE UPDATE triggers look up, through u and the
+ *             rowid, the rows the new one would replace, and check each
+ *   delguard  no look-ups (a build with them has its triggers replaced by
+ *             the same without them); PRAGMA recursive_triggers=ON, so
+ *             SQLite fires the BEFORE DELETE guard for every row a REPLACE
+ *             deletes
  *   delpragma delguard, and the driver steps a cached
  *             "PRAGMA recursive_triggers" before every write statement: what
- *             a guard that reads the setting once per outer statement pays
+ *             a guard that read the setting once per outer statement would
+ *             pay (reading it costs a prepare: its program expires itself)
  *
  * Cells: insert (a new key), replace (INSERT OR REPLACE of an existing key,
  * same u: it deletes that row) and update (SET n = n + 1, tok = 5 by key),
@@ -74,14 +77,22 @@ step(sqlite3_stmt *s)
 static void
 installDelGuard(void)
 {
-	sqlite3_stmt *s = prepare("SELECT id FROM fence_guards");
+	sqlite3_stmt *s = prepare("SELECT g.id, (SELECT count(*) FROM sqlite_schema WHERE "
+							  "sql LIKE '% AS c WHERE %') FROM fence_guards AS g");
 	long long	id;
+	int			bLookups;
 	char	   *sql;
 
 	if (sqlite3_step(s) != SQLITE_ROW)
 		die("fence_guards");
 	id = sqlite3_column_int64(s, 0);
+	bLookups = sqlite3_column_int(s, 1) > 0;
 	sqlite3_finalize(s);
+	if (!bLookups)
+	{
+		exec("PRAGMA recursive_triggers=ON");
+		return;
+	}
 	sql = sqlite3_mprintf(
 		"DROP TRIGGER \"fence:%lld:insert\"; DROP TRIGGER \"fence:%lld:update\";"
 		"DROP TRIGGER \"fence:%lld:update_token\";"

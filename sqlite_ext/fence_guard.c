@@ -3,36 +3,38 @@
  *
  * What every guard call must establish before it may accept a token or pass
  * a write, besides the token itself: that the trigger calling it is one that
- * fence_protect() made in this connection's main database, and that a write
- * it refuses can be undone.
+ * fence_protect() made in this connection's main database, that a write it
+ * refuses can be undone, and that a row a REPLACE deletes meets the DELETE
+ * guard.
  *
  *   the guard id   Each fence_protect() records a random 62-bit guard id in
- *                  main.fence_guards with the resource (or prefix) and the
- *                  table's UNIQUE indexes, and writes the id into its
- *                  triggers' names ("fence:<id>:insert") and calls. A call
- *                  is admitted when main.fence_guards holds the id with the
- *                  same resource, no attached database also holds it (a copy
- *                  of the file attached beside it: the calling trigger could
- *                  be the copy's), the table's UNIQUE indexes are the ones
- *                  the triggers were written for (REPLACE through a newer
- *                  one would delete rows unchecked), and no object in any
- *                  schema other than fence's own guard triggers names a
- *                  guard function (SQL cannot compute a function's name, so
- *                  a view or trigger that could call one must spell it),
- *                  and, for a table checked AFTER INSERT (its key is the
- *                  INTEGER PRIMARY KEY), no other trigger on it in main or
- *                  temp may RAISE(IGNORE) or run AFTER INSERT: either can
- *                  end the statement with the row written before that
- *                  check runs (RAISE(IGNORE), RAISE(FAIL), a conflict of
- *                  its body under INSERT OR FAIL).
- *                  A table in an attached file therefore cannot be written
- *                  through that schema name: its guard id is in the file's
- *                  fence_tokens' neighbour, not in main's.
- *   the journal    With PRAGMA journal_mode=OFF SQLite cannot undo a failed
- *                  statement: the rows it wrote before the refusal stay. A
- *                  guard refuses in that mode, before the statement's first
- *                  row is written (every insert, update and delete has a
- *                  BEFORE guard trigger).
+ *                  main.fence_guards with the resource (or prefix and key
+ *                  column), and writes the id into its triggers' names
+ *                  ("fence:<id>:insert") and calls. A call is admitted when
+ *                  main.fence_guards holds the id with the same resource,
+ *                  every trigger of the guard is of this fence's shape
+ *                  (FENCE_GUARD_SHAPE), and no attached database also holds
+ *                  the id (a copy of the file attached beside it: the
+ *                  calling trigger could be the copy's). A table in an
+ *                  attached file therefore cannot be written through that
+ *                  schema name.
+ *   the journal    With journal_mode=OFF SQLite cannot undo a failed
+ *                  statement, and with MEMORY a killed process leaves its
+ *                  rows: a guard refuses in either mode, before the
+ *                  statement's first row is written (every insert, update
+ *                  and delete has a BEFORE guard trigger).
+ *   REPLACE        A per-row table whose rows a REPLACE can delete across
+ *                  keys (fenceReplaceReaches, decided at admission) is
+ *                  written only with recursive_triggers on, which fires the
+ *                  BEFORE DELETE guard for each such row.
+ *
+ * Provides fenceGuardAdmit (the check above, for fence.c's guard
+ * functions), fenceSchemaCheck (has the schema changed since admission?),
+ * and the hooks fenceGuardTxnEnded, fenceGuardRolledBack and fenceGuardFree.
+ * Calls fence_schema_read.c (the reads of the schema), fence_held.c
+ * (fenceHeldConnect, which finalizes cached statements at close) and
+ * fence_cache.c (fenceCacheSchemaChanged); fenceGuardMemoForget is inline in
+ * fence_sqlite.h.
  *
  * Cost: the admission is checked once per guard id per schema generation and
  * kept in FenceConn. A schema change is seen by the statement that enlists
@@ -40,9 +42,10 @@
  * schema changed, and only then are the schema cookies of main and temp read
  * (two cached PRAGMA statements). With another database attached the check
  * is made once per transaction; after a rollback of a transaction that
- * admitted a guard, admission starts over. The journal
- * check is a C call per row once the journal is open; before that (the
- * first row of a transaction in a rollback-journal mode) a cached PRAGMA.
+ * admitted a guard, admission starts over. The journal check is a C call
+ * per row once the journal is open; before that (the first row of a
+ * transaction in a rollback-journal mode) a cached PRAGMA. The
+ * recursive_triggers check is one sqlite3_expired() per call.
  *
  * Concurrency: the cache is per connection. Another connection's schema
  * change moves main's cookie, which the next transaction sees; inside a
@@ -582,32 +585,35 @@ recursiveTriggersOn(FenceConn *conn, int *pbOn)
 }
 
 /*
- * Admitted guard g: may this call go on? A per-row table whose rows a
- * REPLACE can delete across keys (fenceReplaceReaches) is written only with
- * recursive_triggers on, which routes every such row through the BEFORE
- * DELETE guard: that row's resource needs a fence of its own (SPEC.md,
- * "Precise points"). Returns 1, or 0 with an error set.
+ * A per-row table whose rows a REPLACE can delete across keys
+ * (fenceReplaceReaches) is written only with recursive_triggers on, which
+ * routes every such row through the BEFORE DELETE guard: that row's
+ * resource needs a fence of its own (SPEC.md, "Precise points"). Returns 1,
+ * or 0 with an error set.
  */
-static int
-admitted(sqlite3_context *ctx, FenceConn *conn, const FenceGuardSeen *g,
-		 const char **pzRes, int *pnRes)
+static FENCE_NOINLINE int
+recursiveRequired(sqlite3_context *ctx, FenceConn *conn)
 {
-	int			bOn = 1;
-	int			rc;
+	int			bOn = 0;
+	int			rc = recursiveTriggersOn(conn, &bOn);
 
-	if (g->bNeedsRecursive && (rc = recursiveTriggersOn(conn, &bOn)) != SQLITE_OK)
-	{
+	if (rc != SQLITE_OK)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read PRAGMA recursive_triggers: %s",
 										sqlite3_errmsg(conn->db)));
-		return 0;
-	}
-	if (!bOn)
-	{
+	else if (!bOn)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: a REPLACE on this table can delete another "
 							   "key's row; run PRAGMA recursive_triggers=ON on the connection"));
+	return rc == SQLITE_OK && bOn;
+}
+
+/* Admitted guard g: the call goes on, with g's resource or prefix. */
+static inline int
+admitted(sqlite3_context *ctx, FenceConn *conn, const FenceGuardSeen *g,
+		 const char **pzRes, int *pnRes)
+{
+	if (g->bNeedsRecursive && !recursiveRequired(ctx, conn))
 		return 0;
-	}
 	*pzRes = g->zResource;
 	*pnRes = g->nResource;
 	return 1;

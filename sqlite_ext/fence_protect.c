@@ -4,13 +4,16 @@
  * fence_protect() and fence_unprotect() for SQLite: the guard of a protected
  * table is a set of ordinary triggers in main that call the guard functions
  * (fence.c) and a row of main.fence_guards that records the guard's random id
- * G, its resource (or prefix) and the table's UNIQUE indexes. Because the
- * triggers live in the database file, every connection that writes the table
- * runs them, and a connection that has not loaded fence fails to prepare the
- * write ("no such function: fence_guard_write"): the guard fails closed.
- * Each call passes G, and the guard admits it only when main.fence_guards
- * holds it (fence_guard.c): through ATTACH, or from a planted view, no call
- * passes.
+ * G, its resource (or prefix) and, for a per-row guard, its key column.
+ * Because the triggers live in the database file, every connection that
+ * writes the table runs them, and a connection that has not loaded fence
+ * fails to prepare the write ("no such function: fence_guard_write"): the
+ * guard fails closed. Each call passes G, and the guard admits it only when
+ * main.fence_guards holds it (fence_guard.c): through ATTACH no call passes.
+ *
+ * Provides fenceProtectFunc and fenceUnprotectFunc (registered by
+ * fence_init.c). Calls fence_schema_read.c (fenceIsRowidAlias,
+ * fenceOwnTableShape) and fence_cache.c (fenceCacheWatchCreate).
  *
  * The triggers, for table T with token column C (if any) and resource R or
  * prefix P plus key column K, named "fence:G:<kind>" and found again by the
@@ -18,12 +21,10 @@
  *
  *   insert        BEFORE INSERT     the new row's token is checked, or
  *                                   without C the transaction must hold a
- *                                   fence on the row's resource; when K is
- *                                   T's INTEGER PRIMARY KEY, which SQLite
- *                                   assigns after BEFORE triggers run (they
- *                                   see -1), only a key given in the INSERT
- *                                   is checked here, and
- *   insert_after  AFTER INSERT      checks every row once it has its key
+ *                                   fence on the row's resource; a K that is
+ *                                   T's INTEGER PRIMARY KEY left for SQLite
+ *                                   to assign (BEFORE triggers see -1) is
+ *                                   passed as NULL, and refused
  *   update        BEFORE UPDATE     the transaction must hold a fence on the
  *                                   old and new resource
  *   update_token  BEFORE UPDATE OF C  the statement sets C: its new value is
@@ -38,15 +39,11 @@
  * where journal_mode=OFF is refused (fence_guard.c).
  *
  * REPLACE (INSERT OR REPLACE, UPDATE OR REPLACE, ON CONFLICT REPLACE) deletes
- * the rows that conflict with the new one, firing no DELETE trigger unless
- * recursive_triggers is on. With one resource for the table such a row is
- * under the same fence as the write. With a key, insert and update also look
- * up, through every UNIQUE index (and the rowid) that could hold a row of
- * another key, the rows the new one would replace, and check each as an
- * UPDATE of that row: under the statement's token, or fenced. An index on
- * the key column alone with BINARY collation holds only rows of the same
- * key. fence_guards keeps the list of UNIQUE indexes: a write after one was
- * added or dropped is refused until fence_protect runs again.
+ * the rows that conflict with the new one, and with recursive_triggers on
+ * fires the delete trigger for each, with the real row: a DELETE of that
+ * row. With one resource for the table such a row is under the same fence
+ * as the write; a per-row table a REPLACE can reach across keys is written
+ * only with recursive_triggers on (fence_guard.c).
  */
 #include "fence_sqlite.h"
 
