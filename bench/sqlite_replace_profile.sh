@@ -15,7 +15,7 @@ ext=${PROFILE_EXT:-$root/sqlite_ext/fence.so}
 variants=${PROFILE_VARIANTS:-"lookups delguard delpragma"}
 work=$(mktemp -d /tmp/fence-replace.XXXXXX)
 trap 'git worktree remove --force "$work/old" >/dev/null 2>&1; rm -rf "$work"' EXIT
-git worktree add -q --detach "$work/old" "${LOOKUPS_REV:-5bb6d00}"
+git worktree add -q --detach "$work/old" "${LOOKUPS_REV:-5bb6d00}" >/dev/null 2>&1
 make -s -C "$work/old" sqlite_ext/fence.so >/dev/null
 ${CC:-cc} -O2 -g -o "$work/bench" bench/sqlite_replace_bench.c -lsqlite3
 printf '%-8s %-9s' op rows/txn
