@@ -559,7 +559,9 @@ recursiveTriggersOn(FenceConn *conn, int *pbOn)
 	sqlite3_stmt *p = NULL;
 	int			rc = SQLITE_OK;
 
-	if (conn->pRecursiveSeen == NULL || sqlite3_expired(conn->pRecursiveSeen))
+	/* a library built without deprecated APIs has no sqlite3_expired: read it each time */
+	if (conn->pRecursiveSeen == NULL || sqlite3_api->expired == NULL ||
+		sqlite3_expired(conn->pRecursiveSeen))
 	{
 		sqlite3_finalize(conn->pRecursiveSeen);
 		conn->pRecursiveSeen = NULL;
