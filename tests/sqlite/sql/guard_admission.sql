@@ -26,7 +26,7 @@ CREATE TABLE acct(k TEXT PRIMARY KEY, u TEXT UNIQUE, v INTEGER, tok INTEGER);
 SELECT quote(fence_protect('acct', 'tok', 'acct:', 'k'));
 -- a REPLACE through u can delete another key's row: only with
 -- recursive_triggers on does it meet the DELETE guard (off by default, but
--- on in builds made with SQLITE_DEFAULT_RECURSIVE_TRIGGERS, as better-sqlite3's)
+-- on in a build made with SQLITE_DEFAULT_RECURSIVE_TRIGGERS=1)
 PRAGMA recursive_triggers = OFF;
 INSERT INTO acct VALUES ('a', 'ua', 1, 5), ('b', 'ub', 1, 5);
 PRAGMA recursive_triggers = ON;
