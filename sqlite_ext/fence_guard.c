@@ -518,7 +518,7 @@ findAdmitted(const FenceConn *conn, sqlite3_int64 id, const char *zRes, int nRes
  * read in every transaction, as before).
  *
  * Why that suffices for a call from a statement that fires one of g's own
- * triggers (g->bCounted: all of them of this shape): each of them reads
+ * triggers (all of them of this shape, or it was not admitted): each reads
  * fence_join in its body, so SQLite plans such a read (fence_held.c counts
  * it) whenever it prepares the statement; and SQLite prepares a statement
  * again, before it runs, whenever main's schema changed after it was

@@ -312,6 +312,7 @@ void		fenceLeaseFinalize(FenceConn *conn);
 	"holder TEXT NOT NULL CHECK (typeof(holder) = 'text' AND holder <> ''), " \
 	"token INTEGER NOT NULL CHECK (typeof(token) = 'integer' AND token >= 1), " \
 	"expires_at INTEGER NOT NULL CHECK (typeof(expires_at) = 'integer')) WITHOUT ROWID"
+/* uniques: "*" for one resource, else the key column (the name is older) */
 #define FENCE_GUARDS_COLUMNS \
 	"(id INTEGER PRIMARY KEY, resource TEXT NOT NULL, keyed INTEGER NOT NULL, " \
 	"uniques TEXT NOT NULL)"
