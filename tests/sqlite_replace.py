@@ -181,6 +181,30 @@ def main():
        "INTEGER PRIMARY KEY and WITHOUT ROWID keys with no other UNIQUE index: written with "
        "recursive_triggers off; a key left for SQLite to assign is refused as NULL",
        "errors: %r\nrows: %r" % (errs, rows))
+    # a UNIQUE index made later by another connection (a migration) is seen by a
+    # connection that already wrote the table with recursive_triggers off
+    path = os.path.join(work, "migrate.db")
+    a = connect(path, recursive=False)
+    a.execute("PRAGMA recursive_triggers = OFF")
+    a.executescript("""
+        CREATE TABLE j(id INTEGER PRIMARY KEY, v TEXT, tok INTEGER);
+        SELECT fence_protect('j', 'tok', 'j:', 'id');
+        INSERT INTO j VALUES (1, 'x', 100);
+    """)
+    first = attempt(a, "INSERT INTO j VALUES (2, 'y', 1)")
+    b = connect(path, recursive=False)
+    b.execute("CREATE UNIQUE INDEX j_v ON j(v)")
+    b.close()
+    err = attempt(a, "INSERT OR REPLACE INTO j VALUES (3, 'x', 1)")
+    a.close()
+    c = connect(path, load=False, recursive=False)
+    rows = c.execute("SELECT id, v, tok FROM j ORDER BY id").fetchall()
+    c.close()
+    ok(first is None and err is not None and "recursive_triggers" in err and
+       rows == [(1, "x", 100), (2, "y", 1)],
+       "a UNIQUE index made by another connection after this one wrote the table: its next "
+       "REPLACE through it, with recursive_triggers off, is refused and j:1's row stays",
+       "first: %r\nerror: %r\nrows: %r" % (first, err, rows))
     return check.status()
 
 
