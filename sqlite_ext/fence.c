@@ -585,7 +585,9 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 
 /*
  * fence_guard_write(guard, resource, token), fence_guard_fenced(guard,
- * resource): what the triggers of an earlier 1.4 development build call.
+ * resource): what the triggers of an earlier 1.4 development build call;
+ * fence_guard_ready(guard, prefix, keyed): what those of 1.4 call for a key
+ * that is the INTEGER PRIMARY KEY (since refused when SQLite assigns it).
  * Refused, saying what to do.
  */
 static void
@@ -595,40 +597,6 @@ fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	(void) argv;
 	sqlite3_result_error(ctx, "fence guard refused: the guard passes an older fence's arguments; "
 						 "run fence_protect on the table again", -1);
-}
-
-/*
- * fence_guard_ready(guard, resource_or_prefix, keyed): the BEFORE INSERT
- * check of a table whose per-row key is the INTEGER PRIMARY KEY (its value
- * is known only AFTER INSERT): the guard is fence's and the journal can undo
- * the row that the AFTER INSERT guard may refuse.
- */
-static void
-fenceGuardReadyFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
-{
-	FenceConn  *conn = sqlite3_user_data(ctx);
-	const char *zRes;
-	int			nRes;
-	int			rc;
-
-	(void) argc;
-	rc = fenceHeldEnlist(conn, 0);
-	if (rc != SQLITE_OK)
-	{
-		resultDbError(ctx, conn, rc);
-		return;
-	}
-	if (sqlite3_value_type(argv[1]) != SQLITE_TEXT ||
-		(zRes = (const char *) sqlite3_value_text(argv[1])) == NULL)
-	{
-		resultInvalid(ctx, "resource prefix", sqlite3_value_type(argv[1]) == SQLITE_NULL ?
-					  FENCE_NULL : FENCE_NOT_TEXT, 0, 0);
-		return;
-	}
-	nRes = sqlite3_value_bytes(argv[1]);
-	fenceGuardRecheckSchema(conn);
-	if (fenceGuardAdmit(ctx, conn, argv[0], &zRes, &nRes, sqlite3_value_int(argv[2]) != 0))
-		sqlite3_result_int(ctx, 1);
 }
 
 /*
@@ -680,7 +648,7 @@ static const FenceFunction coreFunctions[] = {
 	{"fence_guard_write", 4, FENCE_FROM_TRIGGER, fenceGuardWriteFunc},
 	{"fence_guard_fenced", 1, FENCE_FROM_TRIGGER, fenceGuardFencedFunc},
 	{"fence_guard_fenced", 3, FENCE_FROM_TRIGGER, fenceGuardFencedFunc},
-	{"fence_guard_ready", 3, FENCE_FROM_TRIGGER, fenceGuardReadyFunc},
+	{"fence_guard_ready", 3, FENCE_FROM_TRIGGER, fenceGuardOldFunc},
 	{"fence_guard_write", 3, FENCE_FROM_TRIGGER, fenceGuardOldFunc},
 	{"fence_guard_fenced", 2, FENCE_FROM_TRIGGER, fenceGuardOldFunc},
 	/* last (fence_init.c registers these after its own): says every one is there */

@@ -79,6 +79,8 @@ fenceFinalizeStatements(FenceConn *conn)
 	conn->pProbeSeen = NULL;
 	sqlite3_finalize(conn->pProbeTemp);
 	sqlite3_finalize(conn->pJournalMode);
+	sqlite3_finalize(conn->pRecursiveSeen);
+	conn->pRecursiveSeen = NULL;
 	conn->tokens.pSelect = conn->tokens.pAdvance = conn->tokens.pDelete = conn->pEnlist = NULL;
 	conn->pEnlistMain = NULL;
 	conn->pProbeMain = conn->pProbeTemp = conn->pJournalMode = NULL;

@@ -3,36 +3,38 @@
  *
  * What every guard call must establish before it may accept a token or pass
  * a write, besides the token itself: that the trigger calling it is one that
- * fence_protect() made in this connection's main database, and that a write
- * it refuses can be undone.
+ * fence_protect() made in this connection's main database, that a write it
+ * refuses can be undone, and that a row a REPLACE deletes meets the DELETE
+ * guard.
  *
  *   the guard id   Each fence_protect() records a random 62-bit guard id in
- *                  main.fence_guards with the resource (or prefix) and the
- *                  table's UNIQUE indexes, and writes the id into its
- *                  triggers' names ("fence:<id>:insert") and calls. A call
- *                  is admitted when main.fence_guards holds the id with the
- *                  same resource, no attached database also holds it (a copy
- *                  of the file attached beside it: the calling trigger could
- *                  be the copy's), the table's UNIQUE indexes are the ones
- *                  the triggers were written for (REPLACE through a newer
- *                  one would delete rows unchecked), and no object in any
- *                  schema other than fence's own guard triggers names a
- *                  guard function (SQL cannot compute a function's name, so
- *                  a view or trigger that could call one must spell it),
- *                  and, for a table checked AFTER INSERT (its key is the
- *                  INTEGER PRIMARY KEY), no other trigger on it in main or
- *                  temp may RAISE(IGNORE) or run AFTER INSERT: either can
- *                  end the statement with the row written before that
- *                  check runs (RAISE(IGNORE), RAISE(FAIL), a conflict of
- *                  its body under INSERT OR FAIL).
- *                  A table in an attached file therefore cannot be written
- *                  through that schema name: its guard id is in the file's
- *                  fence_tokens' neighbour, not in main's.
- *   the journal    With PRAGMA journal_mode=OFF SQLite cannot undo a failed
- *                  statement: the rows it wrote before the refusal stay. A
- *                  guard refuses in that mode, before the statement's first
- *                  row is written (every insert, update and delete has a
- *                  BEFORE guard trigger).
+ *                  main.fence_guards with the resource (or prefix and key
+ *                  column), and writes the id into its triggers' names
+ *                  ("fence:<id>:insert") and calls. A call is admitted when
+ *                  main.fence_guards holds the id with the same resource,
+ *                  every trigger of the guard is of this fence's shape
+ *                  (FENCE_GUARD_SHAPE), and no attached database also holds
+ *                  the id (a copy of the file attached beside it: the
+ *                  calling trigger could be the copy's). A table in an
+ *                  attached file therefore cannot be written through that
+ *                  schema name.
+ *   the journal    With journal_mode=OFF SQLite cannot undo a failed
+ *                  statement, and with MEMORY a killed process leaves its
+ *                  rows: a guard refuses in either mode, before the
+ *                  statement's first row is written (every insert, update
+ *                  and delete has a BEFORE guard trigger).
+ *   REPLACE        A per-row table whose rows a REPLACE can delete across
+ *                  keys (fenceReplaceReaches, decided at admission) is
+ *                  written only with recursive_triggers on, which fires the
+ *                  BEFORE DELETE guard for each such row.
+ *
+ * Provides fenceGuardAdmit (the check above, for fence.c's guard
+ * functions), fenceSchemaCheck (has the schema changed since admission?),
+ * and the hooks fenceGuardTxnEnded, fenceGuardRolledBack and fenceGuardFree.
+ * Calls fence_schema_read.c (the reads of the schema), fence_held.c
+ * (fenceHeldConnect, which finalizes cached statements at close) and
+ * fence_cache.c (fenceCacheSchemaChanged); fenceGuardMemoForget is inline in
+ * fence_sqlite.h.
  *
  * Cost: the admission is checked once per guard id per schema generation and
  * kept in FenceConn. A schema change is seen by the statement that enlists
@@ -40,9 +42,10 @@
  * schema changed, and only then are the schema cookies of main and temp read
  * (two cached PRAGMA statements). With another database attached the check
  * is made once per transaction; after a rollback of a transaction that
- * admitted a guard, admission starts over. The journal
- * check is a C call per row once the journal is open; before that (the
- * first row of a transaction in a rollback-journal mode) a cached PRAGMA.
+ * admitted a guard, admission starts over. The journal check is a C call
+ * per row once the journal is open; before that (the first row of a
+ * transaction in a rollback-journal mode) a cached PRAGMA. The
+ * recursive_triggers check is one sqlite3_expired() per call.
  *
  * Concurrency: the cache is per connection. Another connection's schema
  * change moves main's cookie, which the next transaction sees; inside a
@@ -81,95 +84,6 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 	 */
 	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
 	sqlite3_free(zMsg);
-}
-
-/*
- * Refuse for a schema read (fence_schema_read.c) that came back blinded or
- * skipped (FENCE_RC_INVALID), ran out of memory, or failed; zCheck says
- * what fence could not check.
- */
-FENCE_COLD static void
-refuseSchemaRead(sqlite3_context *ctx, sqlite3 *db, int rc, const char *zSchema,
-				 const char *zCheck)
-{
-	if (rc == SQLITE_NOMEM)
-		refuse(ctx, rc, NULL);
-	else if (rc == FENCE_RC_INVALID)
-		refuse(ctx, rc,
-			   sqlite3_mprintf("fence guard refused: the schema of \"%s\" read back NULL, so "
-							   "it cannot check %s", zSchema, zCheck));
-	else
-		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema of \"%s\" to check "
-										"%s: %s", zSchema, zCheck, sqlite3_errmsg(db)));
-}
-
-/* Does zHay hold zNeedle, in any case? */
-static int
-containsNoCase(const char *zHay, const char *zNeedle)
-{
-	size_t		n = strlen(zNeedle);
-
-	for (; *zHay; zHay++)
-		if (sqlite3_strnicmp(zHay, zNeedle, (int) n) == 0)
-			return 1;
-	return n == 0;
-}
-
-/*
- * The UNIQUE indexes of main.zTable, what identifies each: a comma list,
- * sorted by index name, of "index"("column" "collation", ...), an
- * expression column as <expr>. The columns, not only the name: an index
- * dropped and made again under the same name on other columns would be
- * REPLACEd through unchecked. Every name is quoted as SQL quotes an
- * identifier (a " doubled), since names are free text: unquoted, one index
- * named a(u BINARY),b on v read exactly like an index a on u and an index
- * b on v, and the record could not see the one become the other.
- * fenceUniqueSignature reads them first: NULL on error, with *pbBlind 1
- * when a read came back blinded or was skipped.
- */
-static char *
-uniqueSignatureOf(const FenceUniqueIndexes *ix)
-{
-	char	   *z = sqlite3_mprintf("%s", "");
-	int			i,
-				j;
-
-	for (i = 0; z != NULL && i < ix->n; i++)
-	{
-		char	   *zSig = sqlite3_mprintf("%s%s\"%w\"(", z, i ? "," : "", ix->a[i].zName);
-
-		sqlite3_free(z);
-		z = zSig;
-		for (j = 0; z != NULL && j < ix->a[i].nCol; j++)
-		{
-			const FenceIndexColumn *c = &ix->a[i].aCol[j];
-
-			zSig = c->zName ? sqlite3_mprintf("%s%s\"%w\" \"%w\"", z, j ? ", " : "", c->zName,
-											  c->zColl) :
-				sqlite3_mprintf("%s%s<expr> \"%w\"", z, j ? ", " : "", c->zColl);
-			sqlite3_free(z);
-			z = zSig;
-		}
-		zSig = z ? sqlite3_mprintf("%s)", z) : NULL;
-		sqlite3_free(z);
-		z = zSig;
-	}
-	return z;
-}
-
-char *
-fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind)
-{
-	FenceUniqueIndexes ix;
-	char	   *z;
-	int			rc = fenceUniqueIndexesRead(db, zTable, &ix);
-
-	*pbBlind = rc == FENCE_RC_INVALID;
-	if (rc != SQLITE_OK)
-		return NULL;
-	z = uniqueSignatureOf(&ix);
-	fenceUniqueIndexesFree(&ix);
-	return z;
 }
 
 static int
@@ -361,519 +275,6 @@ fenceSchemaCheck(FenceConn *conn)
 }
 
 /*
- * A copy of a trigger's SQL with every string literal emptied ('') and
- * every comment dropped: what is left is SQL fence's generator wrote (or
- * SQLite's RENAME rewrote), identifiers included. Free text (an index name
- * in the RAISE message's record, a resource prefix) lives only in literals,
- * so it cannot pose as a look-up. NULL when out of memory.
- */
-static char *
-sqlWithoutLiterals(const char *zSql)
-{
-	size_t		n = strlen(zSql);
-	char	   *zOut = sqlite3_malloc64(n + 1);
-	char	   *o = zOut;
-	const char *z = zSql;
-
-	if (zOut == NULL)
-		return NULL;
-	while (*z)
-	{
-		if (*z == '\'' || *z == '"')
-		{
-			char		q = *z;
-			int			bKeep = q == '"';	/* identifiers stay, literals go */
-
-			*o++ = *z++;
-			while (*z && !(z[0] == q && z[1] != q))
-			{
-				if (z[0] == q)		/* a doubled quote: one character of the token */
-				{
-					if (bKeep)
-						*o++ = *z;
-					z++;
-				}
-				if (bKeep)
-					*o++ = *z;
-				z++;
-			}
-			if (*z)
-				*o++ = *z++;
-		}
-		else if (z[0] == '/' && z[1] == '*')
-		{
-			const char *zEnd = strstr(z + 2, "*/");
-
-			z = zEnd ? zEnd + 2 : z + strlen(z);
-			*o++ = ' ';
-		}
-		else
-			*o++ = *z++;
-	}
-	*o = '\0';
-	return zOut;
-}
-
-/*
- * Is zTerm a whole look-up in zSql (literals emptied)? fence_protect writes
- * an INSERT trigger's as "FROM "T" AS c WHERE <term>) IS 0" and an UPDATE
- * trigger's as "WHERE (<changed>) AND <term> AND <not OLD>) IS 0"; matching
- * the text around the term tells a one-column index's look-up from the first
- * or last column of a composite one's.
- */
-static int
-holdsLookup(const char *zSql, const char *zTerm)
-{
-	char	   *zIns = sqlite3_mprintf("%s%s) IS 0", FENCE_LOOKUP_ALIAS, zTerm);
-	char	   *zUpd = sqlite3_mprintf(") AND %s AND c.rowid <> OLD.rowid) IS 0", zTerm);
-	char	   *zUpdNoRowid = sqlite3_mprintf(") AND %s AND NOT (1 AND ", zTerm);
-	int			bHolds = zIns && zUpd && zUpdNoRowid &&
-		(containsNoCase(zSql, zIns) || containsNoCase(zSql, zUpd) ||
-		 containsNoCase(zSql, zUpdNoRowid));
-
-	sqlite3_free(zIns);
-	sqlite3_free(zUpd);
-	sqlite3_free(zUpdNoRowid);
-	return bHolds;
-}
-
-/*
- * A per-row guard's REPLACE look-ups (fence_protect.c, conflictTerms): one
- * per UNIQUE index the table had, fenceLookupTerm's "c."col" = NEW."col"
- * COLLATE "coll"" for each of its columns, AND-joined. They name the columns as identifiers,
- * which RENAME COLUMN rewrites; the record of the indexes (fence_guards,
- * the RAISE text) names them in strings, which it does not. So the record
- * can match the indexes there are now while a look-up follows another
- * column: the indexed column renamed away, and another column (renamed,
- * added, the token column) given its name and indexed again under the old
- * index name. Each trigger of the guard that looks up (shape 4) must hold
- * the look-up of every UNIQUE index there is now, over exactly its
- * columns (holdsLookup), in the trigger's text without its literals; an
- * index on one column, BINARY, may instead be on the key, which its
- * look-ups pass to the guard ("(G, 'P', c."K""): such an index holds only
- * the row's own key. Returns 1, or 0 with an error set.
- */
-static int
-checkLookupsCover(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTriggers *tr,
-				  const FenceUniqueIndexes *ix, sqlite3_int64 id, const char *zTable)
-{
-	char	   *zMissing = NULL;	/* the first index not looked up, and where */
-	int			bRowidColumn = 0;
-	int			rc;
-	int			t,
-				i,
-				j;
-
-	rc = fenceHasRowidColumn(conn->db, zTable, &bRowidColumn);
-	if (rc == SQLITE_OK && bRowidColumn)
-	{
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: \"%s\" has a column named rowid, which "
-							   "hides the rowid the guard reads; rename the column", zTable));
-		return 0;
-	}
-	/* fence_protect refuses these; a guard made before did not */
-	for (i = 0; rc == SQLITE_OK && i < ix->n; i++)
-		if (ix->a[i].bPartial)
-		{
-			refuse(ctx, FENCE_RC_INVALID,
-				   sqlite3_mprintf("fence guard refused: UNIQUE index \"%s\" of \"%s\" is "
-								   "partial; make it whole or use one resource for the table",
-								   ix->a[i].zName, zTable));
-			return 0;
-		}
-	for (t = 0; rc == SQLITE_OK && zMissing == NULL && t < tr->n; t++)
-	{
-		const char *zName = tr->a[t].zName;
-		char	   *zSql;
-
-		/* the triggers of this shape that look up (the alias may be in a literal only) */
-		if (strstr(tr->a[t].zSql, FENCE_LOOKUP_ALIAS) == NULL ||
-			strstr(tr->a[t].zSql, FENCE_GUARD_SHAPE) == NULL)
-			continue;
-		zSql = sqlWithoutLiterals(tr->a[t].zSql);
-		if (zSql == NULL)
-		{
-			rc = SQLITE_NOMEM;
-			break;
-		}
-		if (!containsNoCase(zSql, FENCE_LOOKUP_ALIAS))
-		{
-			sqlite3_free(zSql);
-			continue;
-		}
-		for (i = 0; rc == SQLITE_OK && zMissing == NULL && i < ix->n; i++)
-		{
-			const FenceUniqueIndex *x = &ix->a[i];
-			char	   *zTerm = NULL;
-			char	   *zKeyCall = NULL;
-
-
-			for (j = 0; j < x->nCol; j++)
-			{
-				if (x->aCol[j].zName == NULL)
-					break;		/* an expression: no look-up can be its */
-				zTerm = fenceLookupTerm(zTerm, x->aCol[j].zName, x->aCol[j].zColl);
-				if (zTerm == NULL)
-					break;
-			}
-			if (j == x->nCol && x->nCol == 1 && sqlite3_stricmp(x->aCol[0].zColl, "BINARY") == 0)
-				zKeyCall = sqlite3_mprintf("(%lld, '', c.\"%w\"", (long long) id, x->aCol[0].zName);
-			if (j == x->nCol && zTerm == NULL)
-				rc = SQLITE_NOMEM;
-			else if (j < x->nCol || (!holdsLookup(zSql, zTerm) &&
-									 (zKeyCall == NULL || !containsNoCase(zSql, zKeyCall))))
-				zMissing = sqlite3_mprintf("index \"%s\" (trigger \"%s\")", x->zName, zName);
-			sqlite3_free(zTerm);
-			sqlite3_free(zKeyCall);
-		}
-		sqlite3_free(zSql);
-	}
-	if (rc != SQLITE_OK)
-	{
-		sqlite3_free(zMissing);
-		refuseSchemaRead(ctx, conn->db, rc, "main", "the columns of the guarded table");
-		return 0;
-	}
-	if (zMissing != NULL)
-	{
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" misses REPLACE "
-							   "through %s; run fence_protect again", zTable, zMissing));
-		sqlite3_free(zMissing);
-		return 0;
-	}
-	return 1;
-}
-
-
-static int
-isWord(FenceSqlToken k, const char *zTok, int nTok, const char *zWord)
-{
-	return k == FENCE_SQL_WORD && (int) strlen(zWord) == nTok && sqlite3_strnicmp(zTok, zWord, nTok) == 0;
-}
-
-/*
- * Can trigger zSql change the row an UPDATE is writing, after the guard
- * looked it up? SQLite runs every BEFORE UPDATE trigger, then reads the
- * row's columns the UPDATE does not set back from the table: a trigger that
- * writes that row (its body an UPDATE, or any write, which can reach it
- * through another table's triggers) changes what is written after the
- * guard's REPLACE look-ups compared NEW, and a REPLACE deletes the row of a
- * resource the guard never checked. So: a BEFORE UPDATE trigger (the
- * default timing) with a statement of its body that writes. A header this
- * cannot read counts as BEFORE UPDATE. Statements are found where they
- * begin (after BEGIN or ';'); a function that writes through the
- * connection is not seen (docs: a limit).
- */
-static int
-triggerMayRewriteRow(const char *zSql)
-{
-	static const char *const azWrite[] = {"UPDATE", "INSERT", "REPLACE", "DELETE", "WITH"};
-	const char *z = zSql;
-	const char *zTok;
-	int			nTok;
-	FenceSqlToken k;
-	int			bBefore = 1;
-	int			bUpdate = 1;	/* until the header says otherwise */
-	int			bStart = 0;
-	int			i;
-
-	k = fenceSqlNextToken(&z, &zTok, &nTok);
-	if (isWord(k, zTok, nTok, "CREATE"))
-	{
-		k = fenceSqlNextToken(&z, &zTok, &nTok);
-		if (isWord(k, zTok, nTok, "TEMP") || isWord(k, zTok, nTok, "TEMPORARY"))
-			k = fenceSqlNextToken(&z, &zTok, &nTok);
-		if (isWord(k, zTok, nTok, "TRIGGER"))
-		{
-			k = fenceSqlNextToken(&z, &zTok, &nTok);
-			if (isWord(k, zTok, nTok, "IF"))
-			{
-				fenceSqlNextToken(&z, &zTok, &nTok);		/* NOT */
-				fenceSqlNextToken(&z, &zTok, &nTok);		/* EXISTS */
-				k = fenceSqlNextToken(&z, &zTok, &nTok);
-			}
-			/* past the name (k), and a schema.name's second part */
-			k = fenceSqlNextToken(&z, &zTok, &nTok);
-			if (k == FENCE_SQL_PUNCT && *zTok == '.')
-			{
-				fenceSqlNextToken(&z, &zTok, &nTok);
-				k = fenceSqlNextToken(&z, &zTok, &nTok);
-			}
-			if (isWord(k, zTok, nTok, "AFTER") || isWord(k, zTok, nTok, "INSTEAD"))
-				bBefore = 0;
-			if (isWord(k, zTok, nTok, "INSTEAD"))
-				fenceSqlNextToken(&z, &zTok, &nTok);		/* OF */
-			if (isWord(k, zTok, nTok, "BEFORE") || isWord(k, zTok, nTok, "AFTER") ||
-				isWord(k, zTok, nTok, "INSTEAD"))
-				k = fenceSqlNextToken(&z, &zTok, &nTok);
-			if (isWord(k, zTok, nTok, "INSERT") || isWord(k, zTok, nTok, "DELETE"))
-				bUpdate = 0;
-		}
-	}
-	if (!bBefore || !bUpdate)
-		return 0;
-	while ((k = fenceSqlNextToken(&z, &zTok, &nTok)) != FENCE_SQL_END)
-	{
-		if (bStart && k == FENCE_SQL_WORD)
-			for (i = 0; i < (int) (sizeof(azWrite) / sizeof(azWrite[0])); i++)
-				if (isWord(k, zTok, nTok, azWrite[i]))
-					return 1;
-		bStart = isWord(k, zTok, nTok, "BEGIN") || (k == FENCE_SQL_PUNCT && *zTok == ';');
-	}
-	return 0;
-}
-
-/*
- * A per-row guard's REPLACE look-ups compare NEW before the row is written;
- * no other trigger on its table (main or temp) may rewrite the row in
- * between (triggerMayRewriteRow). Returns 1, or 0 with an error set.
- */
-static int
-checkRewritingTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
-					   const char *zTable)
-{
-	static const char *const azSchema[] = {"main", "temp"};
-	char	   *zOwn = sqlite3_mprintf("fence:%lld:", (long long) id);
-	int			rc = zOwn ? SQLITE_OK : SQLITE_NOMEM;
-	int			s,
-				t;
-
-	for (s = 0; rc == SQLITE_OK && s < 2; s++)
-	{
-		FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
-
-		rc = fenceTableTriggersRead(conn->db, azSchema[s], zTable, &tr);
-		for (t = 0; rc == SQLITE_OK && t < tr.n; t++)
-		{
-			/* the guard's own, which admission checked for its shape */
-			if (s == 0 && strncmp(tr.a[t].zName, zOwn, strlen(zOwn)) == 0)
-				continue;
-			if (triggerMayRewriteRow(tr.a[t].zSql))
-			{
-				refuse(ctx, FENCE_RC_INVALID,
-					   sqlite3_mprintf("fence guard refused: BEFORE UPDATE trigger %s.\"%s\" "
-									   "may rewrite rows after the guard's check; make it "
-									   "AFTER UPDATE", azSchema[s], tr.a[t].zName));
-				fenceGuardTriggersFree(&tr);
-				sqlite3_free(zOwn);
-				return 0;
-			}
-		}
-		fenceGuardTriggersFree(&tr);
-	}
-	sqlite3_free(zOwn);
-	if (rc == SQLITE_OK)
-		return 1;
-	/* (the loop stepped past the schema whose read failed) */
-	refuseSchemaRead(ctx, conn->db, rc, azSchema[s > 0 ? s - 1 : 0],
-					 "the triggers on the guarded table");
-	return 0;
-}
-
-/*
- * The guard's token column, as the header of its update_token trigger names
- * it ("BEFORE UPDATE OF "tok" ON ..."): as written there (a quoted
- * identifier, fence_protect's), or bare (the name). NULL in *pz when the
- * guard has no token column. SQLITE_OK or SQLITE_NOMEM.
- */
-static int
-guardTokenColumn(const FenceGuardTriggers *tr, sqlite3_int64 id, int bQuoted, char **pz)
-{
-	char	   *zName = sqlite3_mprintf("fence:%lld:update_token", (long long) id);
-	int			t;
-
-	*pz = NULL;
-	if (zName == NULL)
-		return SQLITE_NOMEM;
-	for (t = 0; t < tr->n && *pz == NULL; t++)
-	{
-		const char *z = tr->a[t].zSql;
-		const char *zTok;
-		int			nTok;
-		FenceSqlToken k;
-
-		if (strcmp(tr->a[t].zName, zName) != 0)
-			continue;
-		while ((k = fenceSqlNextToken(&z, &zTok, &nTok)) != FENCE_SQL_END &&
-			   !isWord(k, zTok, nTok, "OF"))
-			;
-		if (k == FENCE_SQL_END || (k = fenceSqlNextToken(&z, &zTok, &nTok)) == FENCE_SQL_END)
-			continue;
-		if (bQuoted || k != FENCE_SQL_QUOTED || nTok < 2)
-			*pz = sqlite3_mprintf("%.*s", nTok, zTok);
-		else
-		{
-			/* "..." with "" for each " inside */
-			char	   *zOut = sqlite3_malloc(nTok);
-			int			i,
-						j = 0;
-
-			for (i = 1; zOut != NULL && i < nTok - 1; i++)
-			{
-				zOut[j++] = zTok[i];
-				if (zTok[i] == zTok[0] && i + 1 < nTok - 1 && zTok[i + 1] == zTok[0])
-					i++;
-			}
-			if (zOut != NULL)
-				zOut[j] = '\0';
-			*pz = zOut;
-		}
-		if (*pz == NULL)
-		{
-			sqlite3_free(zName);
-			return SQLITE_NOMEM;
-		}
-	}
-	sqlite3_free(zName);
-	return SQLITE_OK;
-}
-
-/* Does the guard check rows AFTER INSERT (its key is the INTEGER PRIMARY KEY)? */
-static int
-guardChecksAfterInsert(const FenceGuardTriggers *tr, sqlite3_int64 id)
-{
-	char		zName[64];
-	int			t;
-
-	sqlite3_snprintf(sizeof(zName), zName, "fence:%lld:insert_after", (long long) id);
-	for (t = 0; t < tr->n; t++)
-		if (strcmp(tr->a[t].zName, zName) == 0)
-			return 1;
-	return 0;
-}
-
-/*
- * A per-row guard made before fence_protect refused a NULL that becomes a
- * DEFAULT behind the guard's look-ups (fence_schema_read.c,
- * fenceDefaultReplaced): refused here too. Returns 1, or 0 with an error set.
- */
-static int
-checkDefaultsSeen(sqlite3_context *ctx, FenceConn *conn, const FenceGuardTriggers *tr,
-				  sqlite3_int64 id, const FenceUniqueIndexes *ix, const char *zTable)
-{
-	char	   *zReplaced = NULL;
-	char	   *zToken = NULL;
-	int			why = FENCE_DEFAULT_UNIQUE;
-	int			rc = guardChecksAfterInsert(tr, id) ? guardTokenColumn(tr, id, 0, &zToken) :
-		SQLITE_OK;
-
-	if (rc == SQLITE_OK)
-		rc = fenceDefaultReplaced(conn->db, zTable, ix, zToken, &zReplaced, &why);
-	sqlite3_free(zToken);
-
-	if (rc != SQLITE_OK)
-	{
-		refuseSchemaRead(ctx, conn->db, rc, "main", "the columns of the guarded table");
-		return 0;
-	}
-	if (zReplaced != NULL)
-	{
-		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: NOT NULL DEFAULT column \"%s\" (%s) gets "
-							   "its DEFAULT after the guard; drop the DEFAULT or make NOT "
-							   "NULL a CHECK", zReplaced,
-							   why == FENCE_DEFAULT_AFTER ? "the token, checked after INSERT" :
-							   why == FENCE_DEFAULT_GENERATED ? "beside a generated column" :
-							   "in a UNIQUE index"));
-		sqlite3_free(zReplaced);
-		return 0;
-	}
-	return 1;
-}
-
-/* Does zHay hold zFirst and, after it, zThen (in any case)? */
-static int
-containsInOrder(const char *zHay, const char *zFirst, const char *zThen)
-{
-	size_t		n = strlen(zFirst);
-
-	for (; *zHay; zHay++)
-		if (sqlite3_strnicmp(zHay, zFirst, (int) n) == 0)
-			return containsNoCase(zHay + n, zThen);
-	return 0;
-}
-
-/*
- * A table whose per-row key is its INTEGER PRIMARY KEY is checked AFTER
- * INSERT, once SQLite has assigned the key. RAISE(IGNORE) in another AFTER
- * INSERT trigger on it that fires first (a TEMP one, or one made later)
- * abandons the triggers still to run with the row already written: fence's
- * check would be skipped. Such a guard is admitted only while no trigger on
- * the table but fence's own, in main or temp, could RAISE(IGNORE) (the text
- * "raise" followed by "ignore"; a BEFORE one is refused too, which is
- * harmless but spares parsing) or run AFTER INSERT (the text "after"
- * followed by "insert"). The triggers are read whole (fence_schema_read.c)
- * and searched here. Returns 1, or 0 with an error set.
- */
-static int
-checkIgnoringTriggers(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
-					  const char *zTable)
-{
-	static const char *const azSchema[] = {"main", "temp"};
-	static const char *const azOwn[] = {"insert", "insert_after", "update", "update_token", "delete"};
-	char	   *zInsertAfter = sqlite3_mprintf("fence:%lld:insert_after", (long long) id);
-	int			bInsertAfter = 0;
-	int			s;
-
-	if (zInsertAfter == NULL)
-	{
-		sqlite3_result_error_nomem(ctx);
-		return 0;
-	}
-	for (s = 0; s < 2; s++)
-	{
-		FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
-		const char *zBad = NULL;
-		int			rc = fenceTableTriggersRead(conn->db, azSchema[s], zTable, &tr);
-		int			t,
-					k;
-
-		/* fence's insert_after: only then is the key checked after the insert */
-		for (t = 0; rc == SQLITE_OK && s == 0 && t < tr.n; t++)
-			bInsertAfter |= strcmp(tr.a[t].zName, zInsertAfter) == 0;
-		for (t = 0; rc == SQLITE_OK && bInsertAfter && zBad == NULL && t < tr.n; t++)
-		{
-			int			bOwn = 0;
-
-			for (k = 0; s == 0 && k < 5; k++)
-			{
-				char	   *zOwn = sqlite3_mprintf("fence:%lld:%s", (long long) id, azOwn[k]);
-
-				if (zOwn == NULL)
-				{
-					rc = SQLITE_NOMEM;
-					break;
-				}
-				bOwn |= strcmp(tr.a[t].zName, zOwn) == 0;
-				sqlite3_free(zOwn);
-			}
-			if (rc == SQLITE_OK && !bOwn &&
-				(containsInOrder(tr.a[t].zSql, "raise", "ignore") ||
-				 containsInOrder(tr.a[t].zSql, "after", "insert")))
-				zBad = tr.a[t].zName;
-		}
-		if (rc != SQLITE_OK)
-			refuseSchemaRead(ctx, conn->db, rc, azSchema[s],
-							 "the triggers on the guarded table");
-		else if (zBad != NULL)
-			refuse(ctx, FENCE_RC_INVALID,
-				   sqlite3_mprintf("fence guard refused: trigger %s.\"%s\" can skip the check "
-								   "of an assigned key (RAISE(IGNORE), AFTER INSERT); use "
-								   "BEFORE INSERT", azSchema[s], zBad));
-		fenceGuardTriggersFree(&tr);
-		if (rc != SQLITE_OK || zBad != NULL)
-		{
-			sqlite3_free(zInsertAfter);
-			return 0;
-		}
-	}
-	sqlite3_free(zInsertAfter);
-	return 1;
-}
-
-/*
  * The first call of guard id in a schema generation: is it fence's? zRes
  * NULL: the call names no resource (a one-resource guard), and the one
  * recorded for id is taken. Returns the entry made, or NULL with an error
@@ -885,16 +286,12 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 {
 	sqlite3    *db = conn->db;
 	sqlite3_stmt *stmt = NULL;
-	char	   *zNow = NULL;
 	int			ok = 0;
 	int			rc;
 	int			i;
 	char	   *zShape = NULL;
 	char	   *zOwn = NULL;
-	FenceUniqueIndexes ix = {0, NULL};	/* read when the record names indexes */
-	FenceGuardTriggers tr = {0, NULL, NULL, NULL, 0};
-	int			bCounted = 0;
-	int			nShape = 0;
+	int			bNeedsRecursive = 0;
 	FenceGuardSeen *g;
 
 	rc = fenceOwnTableShape(db, "fence_guards", &zShape);
@@ -909,8 +306,12 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		rc = SQLITE_DONE;
 	else
 	{
+		/* the record, the table, and how many of the guard's triggers are of this shape */
 		rc = sqlite3_prepare_v2(db,
-								"SELECT g.resource, g.keyed, g.uniques, s.tbl_name "
+								"SELECT g.resource, g.keyed, g.uniques, s.tbl_name, "
+								"(SELECT count(*) - sum(instr(t.sql, ?2) > 0) "
+								"FROM main.sqlite_schema AS t WHERE t.type = 'trigger' AND "
+								"substr(t.name, 1, length(g.id) + 7) = 'fence:' || g.id || ':') "
 								"FROM main.fence_guards AS g "
 								"JOIN main.sqlite_schema AS s ON s.type = 'trigger' "
 								"AND s.name = 'fence:' || g.id || ':delete' WHERE g.id = ?1",
@@ -918,6 +319,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		if (rc == SQLITE_OK)
 		{
 			sqlite3_bind_int64(stmt, 1, id);
+			sqlite3_bind_text(stmt, 2, FENCE_GUARD_SHAPE, -1, SQLITE_STATIC);
 			rc = sqlite3_step(stmt);
 		}
 	}
@@ -937,65 +339,26 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 							   "the one this call names; run fence_protect again", (long long) id,
 							   sqlite3_column_int(stmt, 1) ? "resource prefix" : "resource",
 							   (const char *) sqlite3_column_text(stmt, 0)));
-	else if (strcmp((const char *) sqlite3_column_text(stmt, 2), "*") == 0)
-		ok = 1;					/* one resource: a replaced row is under it too */
-	else if ((rc = fenceUniqueIndexesRead(db, (const char *) sqlite3_column_text(stmt, 3),
-										  &ix)) != SQLITE_OK ||
-			 (zNow = uniqueSignatureOf(&ix)) == NULL)
-	{
-		if (rc == SQLITE_OK)
-			sqlite3_result_error_nomem(ctx);
-		else if (rc == FENCE_RC_INVALID)
-			refuse(ctx, FENCE_RC_INVALID,
-				   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" read "
-								   "back NULL", (const char *) sqlite3_column_text(stmt, 3)));
-		else
-			refuseSchemaRead(ctx, db, rc, "main", "the UNIQUE indexes of the guarded table");
-	}
-	else if (strcmp(zNow, (const char *) sqlite3_column_text(stmt, 2)) != 0)
+	else if (sqlite3_column_int(stmt, 4) != 0)
 		refuse(ctx, FENCE_RC_INVALID,
-			   sqlite3_mprintf("fence guard refused: the UNIQUE indexes of \"%s\" changed "
-							   "since fence_protect; run fence_protect again",
+			   sqlite3_mprintf("fence guard refused: the guard of \"%s\" was made by an "
+							   "earlier fence; run fence_protect on it again",
 							   (const char *) sqlite3_column_text(stmt, 3)));
+	else if ((zOwn = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0))) == NULL)
+		sqlite3_result_error_nomem(ctx);
 	else
+	{
+		/* a per-row guard: fence_guards.uniques names the key column */
 		ok = 1;
-	if (ok && zRes == NULL)
-	{
-		/* copied before stmt is finalized: the recorded resource is the one */
-		zOwn = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
-		if (zOwn == NULL)
-		{
-			sqlite3_result_error_nomem(ctx);
-			ok = 0;
-		}
+		bNeedsRecursive = bKeyed &&
+			fenceReplaceReaches(db, (const char *) sqlite3_column_text(stmt, 3),
+								(const char *) sqlite3_column_text(stmt, 2));
 	}
-	/* counted (admittedByCount): every trigger of the guard is of this shape */
-	if (ok && (rc = fenceGuardTriggersRead(db, id, &tr)) != SQLITE_OK)
-	{
-		refuseSchemaRead(ctx, db, rc, "main", "the triggers of the guarded table");
-		ok = 0;
-	}
-	for (i = 0; ok && i < tr.n; i++)
-		nShape += strstr(tr.a[i].zSql, FENCE_GUARD_SHAPE) != NULL;
-	bCounted = tr.n > 0 && nShape == tr.n;
-	if (ok && bKeyed && strcmp((const char *) sqlite3_column_text(stmt, 2), "*") != 0 &&
-		(!checkLookupsCover(ctx, conn, &tr, &ix, id, (const char *) sqlite3_column_text(stmt, 3)) ||
-		 !checkRewritingTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)) ||
-		 !checkDefaultsSeen(ctx, conn, &tr, id, &ix, (const char *) sqlite3_column_text(stmt, 3))))
-		ok = 0;
-	if (ok && !checkIgnoringTriggers(ctx, conn, id, (const char *) sqlite3_column_text(stmt, 3)))
-		ok = 0;
-	sqlite3_free(zNow);
-	fenceUniqueIndexesFree(&ix);
-	fenceGuardTriggersFree(&tr);
 	sqlite3_finalize(stmt);
 	if (!ok)
 		goto fail;
-	if (zOwn != NULL)
-	{
-		zRes = zOwn;
-		nRes = (int) strlen(zOwn);
-	}
+	zRes = zOwn;
+	nRes = (int) strlen(zOwn);
 
 	/* a copy of this file attached beside it carries the same id */
 	for (i = 2; sqlite3_db_name(db, i) != NULL; i++)
@@ -1035,16 +398,11 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		conn->nGuardAlloc = nAlloc;
 	}
 	g = &conn->aGuard[conn->nGuard];
-	g->zResource = zOwn ? zOwn : sqlite3_mprintf("%.*s", nRes, zRes);
-	if (g->zResource == NULL)
-	{
-		sqlite3_result_error_nomem(ctx);
-		return NULL;
-	}
+	g->zResource = zOwn;
 	g->id = id;
 	g->nResource = nRes;
 	g->bKeyed = bKeyed;
-	g->bCounted = bCounted;
+	g->bNeedsRecursive = bNeedsRecursive;
 	conn->nGuard++;
 	conn->bAdmittedInTxn = 1;
 	return g;
@@ -1156,7 +514,7 @@ findAdmitted(const FenceConn *conn, sqlite3_int64 id, const char *zRes, int nRes
  * read in every transaction, as before).
  *
  * Why that suffices for a call from a statement that fires one of g's own
- * triggers (g->bCounted: all of them of this shape): each of them reads
+ * triggers (all of them of this shape, or it was not admitted): each reads
  * fence_join in its body, so SQLite plans such a read (fence_held.c counts
  * it) whenever it prepares the statement; and SQLite prepares a statement
  * again, before it runs, whenever main's schema changed after it was
@@ -1170,24 +528,102 @@ findAdmitted(const FenceConn *conn, sqlite3_int64 id, const char *zRes, int nRes
  * top-level SQL passing g's id) proves nothing by this. What it can get so
  * is an accept at the token already highest, which fence_check gives
  * anyone: a write of fence_tokens reads the schema first (fence.c,
- * FENCE_RC_READ_SCHEMA), and the highest-token cache keeps its own watch
- * (fence_cache.c, fenceWatchIntact).
+ * FENCE_RC_READ_SCHEMA).
  */
 static inline int
-admittedByCount(const FenceConn *conn, const FenceGuardSeen *g)
+admittedByCount(const FenceConn *conn)
 {
-	return g->bCounted && conn->bEnlisted && !conn->bNoCountTxn &&
-		conn->nJoinPlanned == conn->nJoinPlannedChecked && conn->pSchemaStmt != NULL &&
+	return conn->bEnlisted && conn->nJoinPlanned == conn->nJoinPlannedChecked && conn->pSchemaStmt != NULL &&
 		sqlite3_db_name(conn->db, 2) == NULL;
+}
+
+/*
+ * Is PRAGMA recursive_triggers on? Only then does a REPLACE fire the BEFORE
+ * DELETE guard for each row it deletes. SQLite compiles that choice into
+ * each statement as it prepares it, and setting the pragma (like every
+ * flag pragma) expires every prepared statement of the connection, so a
+ * statement runs under the setting it was prepared with. pRecursiveSeen, a
+ * statement never run, expires with them: the value read when it was
+ * prepared holds until it has expired. Reading the pragma costs a prepare
+ * (its own program expires itself), about 9,000 instructions; the check of
+ * pRecursiveSeen, a few.
+ */
+static int
+recursiveTriggersOn(FenceConn *conn, int *pbOn)
+{
+	sqlite3_stmt *p = NULL;
+	int			rc = SQLITE_OK;
+
+	/* a library built without deprecated APIs has no sqlite3_expired: read it each time */
+	if (conn->pRecursiveSeen == NULL || sqlite3_api->expired == NULL ||
+		sqlite3_expired(conn->pRecursiveSeen))
+	{
+		sqlite3_finalize(conn->pRecursiveSeen);
+		conn->pRecursiveSeen = NULL;
+		rc = fenceHeldConnect(conn);
+		/* prepared first: a change after it expires it */
+		if (rc == SQLITE_OK)
+			rc = sqlite3_prepare_v3(conn->db, "SELECT 0", -1, SQLITE_PREPARE_PERSISTENT,
+									&conn->pRecursiveSeen, NULL);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_prepare_v2(conn->db, "PRAGMA recursive_triggers", -1, &p, NULL);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_step(p) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(conn->db);
+		conn->bRecursive = rc == SQLITE_OK && sqlite3_column_int(p, 0) != 0;
+		sqlite3_finalize(p);
+		if (rc != SQLITE_OK)
+		{
+			sqlite3_finalize(conn->pRecursiveSeen);
+			conn->pRecursiveSeen = NULL;
+		}
+	}
+	*pbOn = conn->bRecursive;
+	return rc;
+}
+
+/*
+ * A per-row table whose rows a REPLACE can delete across keys
+ * (fenceReplaceReaches) is written only with recursive_triggers on, which
+ * routes every such row through the BEFORE DELETE guard: that row's
+ * resource needs a fence of its own (SPEC.md, "Precise points"). Returns 1,
+ * or 0 with an error set.
+ */
+static FENCE_NOINLINE int
+recursiveRequired(sqlite3_context *ctx, FenceConn *conn)
+{
+	int			bOn = 0;
+	int			rc = recursiveTriggersOn(conn, &bOn);
+
+	if (rc != SQLITE_OK)
+		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read PRAGMA recursive_triggers: %s",
+										sqlite3_errmsg(conn->db)));
+	else if (!bOn)
+		refuse(ctx, FENCE_RC_INVALID,
+			   sqlite3_mprintf("fence guard refused: a REPLACE on this table can delete another "
+							   "key's row; run PRAGMA recursive_triggers=ON on the connection"));
+	return rc == SQLITE_OK && bOn;
+}
+
+/* Admitted guard g: the call goes on, with g's resource or prefix. */
+static inline int
+admitted(sqlite3_context *ctx, FenceConn *conn, const FenceGuardSeen *g,
+		 const char **pzRes, int *pnRes)
+{
+	if (g->bNeedsRecursive && !recursiveRequired(ctx, conn))
+		return 0;
+	*pzRes = g->zResource;
+	*pnRes = g->nResource;
+	return 1;
 }
 
 /*
  * The checks every guard call makes before looking at tokens: the id
  * argument is a guard fence_protect recorded in main for this resource (or
- * prefix), and a refusal can be undone. *pzRes NULL: the call names no
- * resource (a one-resource guard's), and *pzRes, *pnRes are set to the one
- * recorded for the guard; they stay valid until admission is forgotten.
- * Returns 1, or 0 with an error set.
+ * prefix), a refusal can be undone, and a row a REPLACE deletes meets the
+ * DELETE guard. *pzRes NULL: the call names no resource (a one-resource
+ * guard's), and *pzRes, *pnRes are set to the one recorded for the guard;
+ * they stay valid until admission is forgotten. Returns 1, or 0 with an
+ * error set.
  */
 int
 fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
@@ -1213,47 +649,23 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (!conn->bGuardTxnChecked && !conn->bSchemaFresh)
 	{
 		g = findAdmitted(conn, id, zRes, nRes, bKeyed);
-		if (g != NULL && admittedByCount(conn, g))
+		if (g != NULL && admittedByCount(conn))
 		{
 			conn->bByCount = 1;
-			*pzRes = g->zResource;
-			*pnRes = g->nResource;
-			return 1;
+			return admitted(ctx, conn, g, pzRes, pnRes);
 		}
 	}
 	rc = fenceSchemaCheck(conn);
 	if (rc != SQLITE_OK)
 	{
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema version: %s",
-										rc == SQLITE_AUTH ? "PRAGMA schema_version returned no row" :
 										sqlite3_errmsg(conn->db)));
 		return 0;
 	}
 	g = findAdmitted(conn, id, zRes, nRes, bKeyed);
 	if (g == NULL)
 		g = admitNew(ctx, conn, id, zRes, nRes, bKeyed);
-	if (g == NULL)
-		return 0;
-	*pzRes = g->zResource;
-	*pnRes = g->nResource;
-	return 1;
-}
-
-/*
- * fence_guard_ready, the BEFORE INSERT call of a table checked AFTER INSERT:
- * read the schema cookies again now, not once per transaction. A trigger
- * that may RAISE(IGNORE) (checkIgnoringTriggers), created by this connection
- * after the transaction's first write, would otherwise go unseen until the
- * next transaction while it skips the AFTER check. Two cached PRAGMA steps
- * per row of such a table; with a database attached, admission per row.
- */
-void
-fenceGuardRecheckSchema(FenceConn *conn)
-{
-	fenceGuardMemoForget(conn);
-	conn->bGuardTxnChecked = 0;
-	conn->bEnlistSchemaSame = 0;
-	conn->bNoCountTxn = 1;
+	return g != NULL && admitted(ctx, conn, g, pzRes, pnRes);
 }
 
 /* A transaction ended: check the schema generation again at the next one. */
@@ -1264,7 +676,6 @@ fenceGuardTxnEnded(FenceConn *conn)
 	conn->bGuardTxnChecked = 0;
 	conn->bEnlistSchemaSame = 0;
 	conn->bAdmittedInTxn = 0;
-	conn->bNoCountTxn = 0;
 }
 
 /*

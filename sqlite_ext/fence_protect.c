@@ -4,13 +4,16 @@
  * fence_protect() and fence_unprotect() for SQLite: the guard of a protected
  * table is a set of ordinary triggers in main that call the guard functions
  * (fence.c) and a row of main.fence_guards that records the guard's random id
- * G, its resource (or prefix) and the table's UNIQUE indexes. Because the
- * triggers live in the database file, every connection that writes the table
- * runs them, and a connection that has not loaded fence fails to prepare the
- * write ("no such function: fence_guard_write"): the guard fails closed.
- * Each call passes G, and the guard admits it only when main.fence_guards
- * holds it (fence_guard.c): through ATTACH, or from a planted view, no call
- * passes.
+ * G, its resource (or prefix) and, for a per-row guard, its key column.
+ * Because the triggers live in the database file, every connection that
+ * writes the table runs them, and a connection that has not loaded fence
+ * fails to prepare the write ("no such function: fence_guard_write"): the
+ * guard fails closed. Each call passes G, and the guard admits it only when
+ * main.fence_guards holds it (fence_guard.c): through ATTACH no call passes.
+ *
+ * Provides fenceProtectFunc and fenceUnprotectFunc (registered by
+ * fence_init.c). Calls fence_schema_read.c (fenceIsRowidAlias,
+ * fenceOwnTableShape).
  *
  * The triggers, for table T with token column C (if any) and resource R or
  * prefix P plus key column K, named "fence:G:<kind>" and found again by the
@@ -18,12 +21,10 @@
  *
  *   insert        BEFORE INSERT     the new row's token is checked, or
  *                                   without C the transaction must hold a
- *                                   fence on the row's resource; when K is
- *                                   T's INTEGER PRIMARY KEY, which SQLite
- *                                   assigns after BEFORE triggers run (they
- *                                   see -1), only a key given in the INSERT
- *                                   is checked here, and
- *   insert_after  AFTER INSERT      checks every row once it has its key
+ *                                   fence on the row's resource; a K that is
+ *                                   T's INTEGER PRIMARY KEY left for SQLite
+ *                                   to assign (BEFORE triggers see -1) is
+ *                                   passed as NULL, and refused
  *   update        BEFORE UPDATE     the transaction must hold a fence on the
  *                                   old and new resource
  *   update_token  BEFORE UPDATE OF C  the statement sets C: its new value is
@@ -38,15 +39,11 @@
  * where journal_mode=OFF is refused (fence_guard.c).
  *
  * REPLACE (INSERT OR REPLACE, UPDATE OR REPLACE, ON CONFLICT REPLACE) deletes
- * the rows that conflict with the new one, firing no DELETE trigger unless
- * recursive_triggers is on. With one resource for the table such a row is
- * under the same fence as the write. With a key, insert and update also look
- * up, through every UNIQUE index (and the rowid) that could hold a row of
- * another key, the rows the new one would replace, and check each as an
- * UPDATE of that row: under the statement's token, or fenced. An index on
- * the key column alone with BINARY collation holds only rows of the same
- * key. fence_guards keeps the list of UNIQUE indexes: a write after one was
- * added or dropped is refused until fence_protect runs again.
+ * the rows that conflict with the new one, and with recursive_triggers on
+ * fires the delete trigger for each, with the real row: a DELETE of that
+ * row. With one resource for the table such a row is under the same fence
+ * as the write; a per-row table a REPLACE can reach across keys is written
+ * only with recursive_triggers on (fence_guard.c).
  */
 #include "fence_sqlite.h"
 
@@ -62,9 +59,7 @@ typedef struct ProtectSpec
 	const char *zKeyColumn;		/* NULL: one fence for the table */
 	int			bKeyIsRowid;	/* the key is the INTEGER PRIMARY KEY */
 	sqlite3_int64 id;			/* the guard id G */
-	char	   *zUniques;		/* the UNIQUE indexes, as fence_guards keeps them */
-	char	   *zConflictIns;	/* keyed: WHERE terms of rows an INSERT replaces */
-	char	   *zNotOld;		/* keyed: "this row is not OLD" */
+	char	   *zUniques;		/* fence_guards.uniques: the key column, or "*" */
 } ProtectSpec;
 
 static const char createGuardsSql[] =
@@ -177,55 +172,6 @@ isGeneratedColumn(sqlite3 *db, const char *zTable, const char *zColumn)
 	return bFound;
 }
 
-/*
- * Is zColumn zTable's INTEGER PRIMARY KEY, the alias of the rowid? It is
- * when it is the sole primary key column, declared INTEGER, and the table
- * has no separate primary key index (a WITHOUT ROWID table, or the
- * "INTEGER PRIMARY KEY DESC" quirk, has one). 1, 0, or -1 when it cannot
- * tell.
- */
-static int
-isRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn)
-{
-	sqlite3_stmt *stmt = NULL;
-	const char *zDeclType = NULL;
-	int			bPk = 0;
-	int			r = -1;
-
-	if (sqlite3_table_column_metadata(db, "main", zTable, zColumn, &zDeclType, NULL, NULL,
-									  &bPk, NULL) != SQLITE_OK)
-		return -1;
-	if (!bPk || zDeclType == NULL || sqlite3_stricmp(zDeclType, "INTEGER") != 0)
-		return 0;
-	if (sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM pragma_table_info(?1, 'main') "
-						   "WHERE pk > 0), (SELECT count(*) FROM pragma_index_list(?1, 'main') "
-						   "WHERE origin = 'pk')", -1, &stmt, NULL) == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		if (sqlite3_step(stmt) == SQLITE_ROW)
-			r = sqlite3_column_int(stmt, 0) == 1 && sqlite3_column_int(stmt, 1) == 0;
-	}
-	sqlite3_finalize(stmt);
-	return r;
-}
-
-static int
-isWithoutRowid(sqlite3 *db, const char *zTable)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			bWr = 0;
-
-	if (sqlite3_prepare_v2(db, "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
-						   -1, &stmt, NULL) == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		if (sqlite3_step(stmt) == SQLITE_ROW)
-			bWr = sqlite3_column_int(stmt, 0);
-	}
-	sqlite3_finalize(stmt);
-	return bWr;
-}
-
 static int
 isStrict(sqlite3 *db, const char *zTable)
 {
@@ -260,7 +206,7 @@ lookupColumn(sqlite3_context *ctx, const char *zTable, const char *zColumn,
 	}
 	if (pIsRowid)
 	{
-		*pIsRowid = isRowidAlias(db, zTable, zColumn);
+		*pIsRowid = fenceIsRowidAlias(db, zTable, zColumn);
 		if (*pIsRowid < 0)
 		{
 			resultError(ctx, FENCE_RC_INVALID,
@@ -352,6 +298,15 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 			resultError(ctx, rc, sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
 			return 0;
 		}
+		/* one computed from a rowid not yet assigned would name another resource */
+		if (isGeneratedColumn(db, spec->zTable, spec->zKeyColumn))
+		{
+			resultError(ctx, SQLITE_ERROR,
+						sqlite3_mprintf("fence_protect: key column \"%s\".\"%s\" is generated; "
+										"use a plain column; the table is left unguarded",
+										spec->zTable, spec->zKeyColumn));
+			return 0;
+		}
 		/*
 		 * SQLite holds 1 and 1.0 as one key in a column with no affinity (or
 		 * ANY in a STRICT table) while CAST(... AS TEXT) makes them "1" and
@@ -386,189 +341,34 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 }
 
 /*
- * For a keyed guard: the WHERE terms (on alias c) that find the rows an
- * INSERT of NEW would replace through each UNIQUE index and the rowid, one
- * term per index joined by char 1, each followed by char 2 and the test
- * that an UPDATE changed one of the index's columns; and the term saying
- * that c is not OLD.
- * An index on the key column alone, BINARY, holds only the same key: no
- * term. An index on an expression cannot be looked up: refused.
- */
-static int
-conflictTerms(sqlite3_context *ctx, ProtectSpec *spec, int bWithoutRowid)
-{
-	sqlite3    *db = sqlite3_context_db_handle(ctx);
-	sqlite3_stmt *stmt = NULL;
-	char	   *zTerms = sqlite3_mprintf("%s", "");
-	char	   *zNotOld = NULL;
-	int			bReported = 0;	/* the error is set already (not SQLite's) */
-	FenceUniqueIndexes ix;
-	int			rc;
-	int			i,
-				j;
-
-	rc = fenceUniqueIndexesRead(db, spec->zTable, &ix);
-	if (rc == FENCE_RC_INVALID)
-	{
-		resultError(ctx, SQLITE_ERROR,
-					sqlite3_mprintf("fence_protect: the UNIQUE indexes of \"%s\" read back "
-									"NULL or no rows; the table is left unguarded", spec->zTable));
-		bReported = 1;
-	}
-	for (i = 0; rc == SQLITE_OK && zTerms && i < ix.n; i++)
-	{
-		const FenceUniqueIndex *x = &ix.a[i];
-		char	   *zTerm = NULL;	/* its look-up */
-		char	   *zChg = NULL;	/* "one of its columns changed" */
-
-		for (j = 0; j < x->nCol; j++)
-			if (x->aCol[j].iCid < 0 || x->aCol[j].zName == NULL)
-				break;
-		if (j < x->nCol)
-		{
-			resultError(ctx, SQLITE_ERROR,
-						sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" is on an expression: a "
-										"REPLACE through it escapes a per-row guard; use one "
-										"resource", x->zName));
-			rc = SQLITE_ERROR;
-			bReported = 1;
-			break;
-		}
-		if (x->bPartial)
-		{
-			resultError(ctx, SQLITE_ERROR,
-						sqlite3_mprintf("fence_protect: UNIQUE index \"%s\" is partial: a REPLACE "
-										"through it escapes a per-row guard; make it whole or use "
-										"one resource", x->zName));
-			rc = SQLITE_ERROR;
-			bReported = 1;
-			break;
-		}
-		if (x->nCol == 1 && sqlite3_stricmp(x->aCol[0].zName, spec->zKeyColumn) == 0 &&
-			sqlite3_stricmp(x->aCol[0].zColl, "BINARY") == 0)
-			continue;
-		for (j = 0; rc == SQLITE_OK && j < x->nCol; j++)
-		{
-			const char *zCol = x->aCol[j].zName;
-			char	   *y = sqlite3_mprintf("%s%sNEW.\"%w\" IS NOT OLD.\"%w\"" FENCE_OLD_COLLATE,
-											zChg ? zChg : "", zChg ? " OR " : "", zCol, zCol);
-
-			sqlite3_free(zChg);
-			zChg = y;
-			zTerm = fenceLookupTerm(zTerm, zCol, x->aCol[j].zColl);
-			if (zTerm == NULL || zChg == NULL)
-				rc = SQLITE_NOMEM;
-		}
-		if (rc == SQLITE_OK)
-		{
-			char	   *z = sqlite3_mprintf("%s%s%s\002%s", zTerms, zTerms[0] ? "\001" : "",
-											zTerm, zChg);
-
-			sqlite3_free(zTerms);
-			zTerms = z;
-		}
-		sqlite3_free(zTerm);
-		sqlite3_free(zChg);
-	}
-	fenceUniqueIndexesFree(&ix);
-	if (rc == SQLITE_OK && zTerms == NULL)
-		rc = SQLITE_NOMEM;
-	sqlite3_finalize(stmt);
-	if (bReported)
-	{
-		sqlite3_free(zTerms);
-		return 0;
-	}
-
-	/* the rowid is a unique key of its own unless it is the key column */
-	if (rc == SQLITE_OK && zTerms && !bWithoutRowid && !spec->bKeyIsRowid)
-	{
-		char	   *z = sqlite3_mprintf("%s%sc.rowid = NEW.rowid\002NEW.rowid IS NOT OLD.rowid",
-										zTerms, zTerms[0] ? "\001" : "");
-
-		sqlite3_free(zTerms);
-		zTerms = z;
-	}
-	if (rc == SQLITE_OK && zTerms)
-	{
-		/* the rowid (or primary key) is read too, by "this row is not OLD" */
-		if (!bWithoutRowid)
-			zNotOld = sqlite3_mprintf("%s", "c.rowid <> OLD.rowid");
-		else
-		{
-			/* a WITHOUT ROWID table's row is its primary key */
-			rc = sqlite3_prepare_v2(db, "SELECT name FROM pragma_table_info(?1, 'main') "
-									"WHERE pk > 0 ORDER BY pk", -1, &stmt, NULL);
-			if (rc == SQLITE_OK)
-			{
-				sqlite3_bind_text(stmt, 1, spec->zTable, -1, SQLITE_STATIC);
-				zNotOld = sqlite3_mprintf("%s", "NOT (1");
-				while (zNotOld && sqlite3_step(stmt) == SQLITE_ROW)
-				{
-					if (sqlite3_column_type(stmt, 0) != SQLITE_TEXT)
-					{
-						rc = SQLITE_AUTH;	/* a primary key column's name blinded */
-						break;
-					}
-					/* only the row itself, not one its collation calls equal */
-					char	   *z = sqlite3_mprintf("%s AND c.\"%w\" IS OLD.\"%w\"" FENCE_OLD_COLLATE,
-													zNotOld,
-													sqlite3_column_text(stmt, 0),
-													sqlite3_column_text(stmt, 0));
-
-					sqlite3_free(zNotOld);
-					zNotOld = z;
-				}
-				if (zNotOld)
-				{
-					char	   *z = sqlite3_mprintf("%s)", zNotOld);
-
-					sqlite3_free(zNotOld);
-					zNotOld = z;
-				}
-			}
-			sqlite3_finalize(stmt);
-		}
-	}
-	if (rc != SQLITE_OK || zTerms == NULL || zNotOld == NULL || 0)
-	{
-		sqlite3_free(zTerms);
-		sqlite3_free(zNotOld);
-		if (rc == SQLITE_OK || rc == SQLITE_NOMEM)
-			sqlite3_result_error_nomem(ctx);
-		else
-			resultError(ctx, rc, sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
-		return 0;
-	}
-	spec->zConflictIns = zTerms;
-	spec->zNotOld = zNotOld;
-	return 1;
-}
-
-/*
  * The guard arguments naming the row's resource: G alone (the guard's one
  * resource is the one main.fence_guards records for G), or G, 'P', ROW."K".
+ * An INSERT's key that is the INTEGER PRIMARY KEY reads -1 in a BEFORE
+ * trigger when SQLite is to assign it: passed as NULL, which the guard
+ * refuses as it refuses every NULL key (a key SQLite assigns later cannot
+ * name the resource the writer holds).
  */
 static char *
-resourceArgs(const ProtectSpec *spec, const char *zRow)
+resourceArgs(const ProtectSpec *spec, const char *zRow, int bInsert)
 {
 	if (spec->zKeyColumn == NULL)
 		return sqlite3_mprintf("%lld", (long long) spec->id);
-	return sqlite3_mprintf("%lld, %Q, %s.\"%w\"", (long long) spec->id, spec->zResource,
+	return sqlite3_mprintf(bInsert && spec->bKeyIsRowid ? "%lld, %Q, nullif(%s.\"%w\", -1)" :
+						   "%lld, %Q, %s.\"%w\"", (long long) spec->id, spec->zResource,
 						   zRow, spec->zKeyColumn);
 }
 
 /*
  * The condition a trigger's WHEN tests: the guard on OLD, and on NEW if it
- * differs, each having returned a value (a real call returns the token or
- * 1, or raises; one an authorizer ignored returns NULL).
+ * differs, each having returned a value (a call returns the token or 1, or
+ * raises).
  */
 static char *
 guardCalls(const ProtectSpec *spec, const char *zFunc, const char *zTail,
 		   int bOld, int bNew)
 {
-	char	   *zOld = bOld ? resourceArgs(spec, "OLD") : NULL;
-	char	   *zNew = bNew ? resourceArgs(spec, "NEW") : NULL;
+	char	   *zOld = bOld ? resourceArgs(spec, "OLD", 0) : NULL;
+	char	   *zNew = bNew ? resourceArgs(spec, "NEW", !bOld) : NULL;
 	char	   *zSql = NULL;
 
 	/* one resource for the table: OLD and NEW are the same fence */
@@ -588,87 +388,25 @@ guardCalls(const ProtectSpec *spec, const char *zFunc, const char *zTail,
 }
 
 /*
- * " AND (SELECT count(*) - count(<guard on c>) FROM T AS c WHERE <term>
- * [AND <not OLD>]) IS 0" for each conflict term: the rows this write would
- * replace, each checked as an UPDATE of that row. The difference is 0 only
- * when the look-up ran and every call returned a value: an authorizer that
- * ignores the SELECT (NULL) or the call (not counted) fails it. "" without
- * a key.
- */
-static char *
-conflictChecks(const ProtectSpec *spec, const char *zFunc, const char *zTail, int bUpdate)
-{
-	const char *zTerm = spec->zConflictIns;
-	char	   *zSql;
-
-	if (spec->zKeyColumn == NULL || zTerm == NULL || *zTerm == '\0')
-		return sqlite3_mprintf("%s", "");
-	zSql = sqlite3_mprintf("%s", "");
-	while (zSql && *zTerm)
-	{
-		const char *zEnd = strchr(zTerm, '\001');
-		int			nTerm = zEnd ? (int) (zEnd - zTerm) : (int) strlen(zTerm);
-		const char *zChg = memchr(zTerm, '\002', (size_t) nTerm);
-		int			nLook = (int) (zChg - zTerm);
-		int			nChg = nTerm - nLook - 1;
-		char	   *z;
-
-		/*
-		 * An UPDATE can collide through an index only when it changes one
-		 * of the index's columns: that test does not depend on c, so SQLite
-		 * makes it once, before any look-up.
-		 */
-		if (bUpdate)
-			z = sqlite3_mprintf("%s AND (SELECT count(*) - count(%s(%lld, %Q, c.\"%w\"%s)) "
-								"FROM \"%w\" AS c WHERE (%.*s) AND %.*s AND %s) IS 0", zSql, zFunc,
-								(long long) spec->id, spec->zResource, spec->zKeyColumn, zTail,
-								spec->zTable, nChg, zChg + 1, nLook, zTerm, spec->zNotOld);
-		else
-			z = sqlite3_mprintf("%s AND (SELECT count(*) - count(%s(%lld, %Q, c.\"%w\"%s)) "
-								"FROM \"%w\" AS c WHERE %.*s) IS 0", zSql, zFunc, (long long) spec->id,
-								spec->zResource, spec->zKeyColumn, zTail, spec->zTable,
-								nLook, zTerm);
-
-		sqlite3_free(zSql);
-		zSql = z;
-		zTerm = zEnd ? zEnd + 1 : zTerm + nTerm;
-	}
-	return zSql;
-}
-
-/*
  * A guard trigger's check is its WHEN clause, "NOT (<checks>)", not a
- * SELECT in its body: every check is an IS [NOT] test, true or false and
- * never NULL, and each call raises when it refuses; when all hold the WHEN
- * is one jump and the body is never reached. No RAISE sits in the WHEN (the
- * form "NOT (<checks>) AND RAISE(...)" fired that RAISE for every row from
- * SQLite 3.51, which may evaluate the right operand of an AND first when
- * the left holds a subquery), and none in the body: a call that returns
- * NULL without raising would be one an authorizer ignored, which fence
- * trusts (docs/trust.md), and a second statement in the body costs every
- * row a larger frame. The body writes fence_join, which makes SQLite join
+ * SELECT in its body: every check is an IS NOT NULL test, and each call
+ * raises when it refuses; when all hold the WHEN is one jump and the body
+ * is never reached. The body writes fence_join, which makes SQLite join
  * that table to the transaction when a statement that fires the trigger
  * starts (fence_held.c), so that the guard need not run a statement of its
  * own to learn where the transaction ends; and it reads it (a DELETE finds
  * its rows first), so that SQLite plans a read of fence_join whenever it
  * prepares such a statement, which fence_guard.c counts to know when it
  * must read the schema again (admittedByCount). Of the forms that do both,
- * DELETE ... WHERE 0 costs the trigger's frame least (callgrind: 17
- * instructions a row more than an INSERT that only joins, against 66 for
- * that INSERT and a SELECT). The comment FENCE_GUARD_SHAPE marks the
- * triggers of this shape, whose statements admission may count.
+ * DELETE ... WHERE 0 costs the trigger's frame least. The comment
+ * FENCE_GUARD_SHAPE marks the triggers of this shape; admission refuses a
+ * guard whose triggers are of another (an older fence's).
  */
 #define GUARD_WHEN_HEAD "/* " FENCE_GUARD_SHAPE " */ NOT ("
 #define GUARD_WHEN_TAIL ") BEGIN DELETE FROM fence_join WHERE 0; END"
 
-/*
- * The triggers that fire only with another of the guard's (insert_after
- * with insert, update_token with update) need not name fence_join: the
- * statement joins it, and is counted, through the other. Their body is the
- * smallest.
- */
+/* update_token fires only with update, which joins fence_join: the smallest body */
 #define GUARD_WHEN_TAIL_SECOND ") BEGIN SELECT 0; END"
-
 
 static char *
 protectSql(const ProtectSpec *spec)
@@ -678,70 +416,39 @@ protectSql(const ProtectSpec *spec)
 	char	   *zTokenTail = spec->zTokenColumn ?
 		sqlite3_mprintf(", NEW.\"%w\"", spec->zTokenColumn) : sqlite3_mprintf("%s", "");
 	char	   *zInsert = zTokenTail ? guardCalls(spec, zWrite, zTokenTail, 0, 1) : NULL;
-	char	   *zInsertConflicts = zTokenTail ? conflictChecks(spec, zWrite, zTokenTail, 0) : NULL;
 	char	   *zUpdateToken = spec->zTokenColumn && zTokenTail ?
 		guardCalls(spec, "fence_guard_write", zTokenTail, 1, 1) : NULL;
-	char	   *zUpdateTokenConflicts = spec->zTokenColumn && zTokenTail ?
-		conflictChecks(spec, "fence_guard_write", zTokenTail, 1) : NULL;
 	char	   *zUpdate = guardCalls(spec, "fence_guard_fenced", "", 1, 1);
-	char	   *zUpdateConflicts = conflictChecks(spec, "fence_guard_fenced", "", 1);
 	char	   *zDelete = guardCalls(spec, "fence_guard_fenced", "", 1, 0);
-	char	   *zInsertTriggers = NULL;
 	char	   *zTokenTrigger = NULL;
 	char	   *zSql = NULL;
 	long long	G = (long long) spec->id;
 
-	if (!zTokenTail || !zInsert || !zInsertConflicts || !zUpdate || !zUpdateConflicts ||
-		!zDelete || (spec->zTokenColumn && (!zUpdateToken || !zUpdateTokenConflicts)))
+	if (!zTokenTail || !zInsert || !zUpdate || !zDelete || (spec->zTokenColumn && !zUpdateToken))
 		goto done;
-
-	/*
-	 * A key given in the INSERT is checked BEFORE too, so that an upsert's
-	 * proposed row is checked as an INSERT even when DO UPDATE runs instead.
-	 */
-	if (spec->bKeyIsRowid)
-		zInsertTriggers = sqlite3_mprintf(
-			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
-			"WHEN " GUARD_WHEN_HEAD "fence_guard_ready(%lld, %Q, 1) IS NOT NULL AND "
-			"CASE WHEN NEW.\"%w\" <> -1 THEN %s ELSE 1 END%s" GUARD_WHEN_TAIL ";\n"
-			"CREATE TRIGGER main.\"fence:%lld:insert_after\" AFTER INSERT ON \"%w\" "
-			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL_SECOND ";\n",
-			G, T, G, spec->zResource, spec->zKeyColumn, zInsert, zInsertConflicts, G, T,
-			zInsert);
-	else
-		zInsertTriggers = sqlite3_mprintf(
-			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
-			"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n",
-			G, T, zInsert, zInsertConflicts);
 	/* created after "update" so that it runs first */
 	zTokenTrigger = spec->zTokenColumn ?
 		sqlite3_mprintf("CREATE TRIGGER main.\"fence:%lld:update_token\" "
 						"BEFORE UPDATE OF \"%w\" ON \"%w\" "
-						"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL_SECOND ";\n",
-						G, spec->zTokenColumn, T, zUpdateToken, zUpdateTokenConflicts) :
+						"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL_SECOND ";\n",
+						G, spec->zTokenColumn, T, zUpdateToken) :
 		sqlite3_mprintf("%s", "");
-	if (zInsertTriggers && zTokenTrigger)
+	if (zTokenTrigger)
 		zSql = sqlite3_mprintf(
-			"%s"
+			"CREATE TRIGGER main.\"fence:%lld:insert\" BEFORE INSERT ON \"%w\" "
+			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n"
 			"CREATE TRIGGER main.\"fence:%lld:update\" BEFORE UPDATE ON \"%w\" "
-			"WHEN " GUARD_WHEN_HEAD "%s%s" GUARD_WHEN_TAIL ";\n"
+			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n"
 			"%s"
 			"CREATE TRIGGER main.\"fence:%lld:delete\" BEFORE DELETE ON \"%w\" "
 			"WHEN " GUARD_WHEN_HEAD "%s" GUARD_WHEN_TAIL ";\n",
-			zInsertTriggers,
-			G, T, zUpdate, zUpdateConflicts,
-			zTokenTrigger,
-			G, T, zDelete);
+			G, T, zInsert, G, T, zUpdate, zTokenTrigger, G, T, zDelete);
 done:
-	sqlite3_free(zInsertTriggers);
 	sqlite3_free(zTokenTrigger);
 	sqlite3_free(zTokenTail);
 	sqlite3_free(zInsert);
-	sqlite3_free(zInsertConflicts);
 	sqlite3_free(zUpdateToken);
-	sqlite3_free(zUpdateTokenConflicts);
 	sqlite3_free(zUpdate);
-	sqlite3_free(zUpdateConflicts);
 	sqlite3_free(zDelete);
 	return zSql;
 }
@@ -912,115 +619,18 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 		return;
 	spec.zTable = zCanonical;
 
-	/*
-	 * Admission counts the guard's look-ups by this text ("FROM "T" AS c
-	 * WHERE ", fence_guard.c): in the table's own name it would be taken
-	 * for a look-up of another table, and every write refused.
-	 */
-	if (strstr(zCanonical, FENCE_LOOKUP_ALIAS) != NULL)
-	{
-		resultError(ctx, SQLITE_ERROR,
-					sqlite3_mprintf("fence_protect: cannot guard \"%s\": its name contains \"%s\", "
-									"which fence's triggers use; rename the table first",
-									zCanonical, FENCE_LOOKUP_ALIAS));
-		goto done;
-	}
-	/* a per-row guard's look-ups name the row by rowid (fence_guard.c) */
-	if (spec.zKeyColumn)
-	{
-		int			bRowidColumn = 0;
-		int			rc = fenceHasRowidColumn(db, zCanonical, &bRowidColumn);
-
-		if (rc != SQLITE_OK || bRowidColumn)
-		{
-			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
-						rc == SQLITE_OK ?
-						sqlite3_mprintf("fence_protect: \"%s\" has a column named rowid, which "
-										"hides the rowid a per-row guard reads; rename the column",
-										zCanonical) :
-						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\"; the "
-										"table is left unguarded", zCanonical));
-			goto done;
-		}
-	}
-	/* a per-row guard reads its key and UNIQUE columns before SQLite assigns the rowid */
-	if (spec.zKeyColumn)
-	{
-		char	   *zGenerated = NULL;
-		int			rc = fenceGeneratedOverRowid(db, zCanonical, spec.zKeyColumn, &zGenerated);
-
-		if (rc != SQLITE_OK || zGenerated != NULL)
-		{
-			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
-						rc == SQLITE_OK ?
-						sqlite3_mprintf("fence_protect: generated column \"%s\" is computed before "
-										"the rowid is assigned, so the guard would check the wrong "
-										"%s; use a plain column", zGenerated,
-										sqlite3_stricmp(zGenerated, spec.zKeyColumn) == 0 ?
-										"resource" : "rows for a REPLACE") :
-						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\"; the "
-										"table is left unguarded", zCanonical));
-			sqlite3_free(zGenerated);
-			goto done;
-		}
-	}
 	if ((spec.zTokenColumn && !lookupColumn(ctx, zCanonical, spec.zTokenColumn, NULL)) ||
 		(spec.zKeyColumn && !lookupColumn(ctx, zCanonical, spec.zKeyColumn, &spec.bKeyIsRowid)) ||
-		!checkColumnTypes(ctx, &spec) ||
-		(spec.zKeyColumn && !conflictTerms(ctx, &spec, isWithoutRowid(db, zCanonical))))
+		!checkColumnTypes(ctx, &spec))
 		goto done;
-	/* nor a NULL SQLite replaces by a DEFAULT after its look-ups ran */
-	if (spec.zKeyColumn)
-	{
-		FenceUniqueIndexes ix = {0, NULL};
-		char	   *zReplaced = NULL;
-		int			why = FENCE_DEFAULT_UNIQUE;
-		int			rc = fenceUniqueIndexesRead(db, zCanonical, &ix);
-
-		if (rc == SQLITE_OK)
-			rc = fenceDefaultReplaced(db, zCanonical, &ix,
-									  spec.bKeyIsRowid ? spec.zTokenColumn : NULL,
-									  &zReplaced, &why);
-		fenceUniqueIndexesFree(&ix);
-		if (rc != SQLITE_OK || zReplaced != NULL)
-		{
-			resultError(ctx, rc == SQLITE_OK ? SQLITE_ERROR : fenceErrorCode(rc),
-						rc == SQLITE_OK ?
-						sqlite3_mprintf("fence_protect: NOT NULL DEFAULT column \"%s\" (%s) gets its "
-										"DEFAULT after the guard under REPLACE; drop the DEFAULT or "
-										"make NOT NULL a CHECK", zReplaced,
-										why == FENCE_DEFAULT_AFTER ? "the token column" :
-										why == FENCE_DEFAULT_GENERATED ? "beside a generated column" :
-										"in a UNIQUE index") :
-						sqlite3_mprintf("fence_protect: cannot read the columns of \"%s\"; the "
-										"table is left unguarded", zCanonical));
-			sqlite3_free(zReplaced);
-			goto done;
-		}
-	}
 
 	/* a random id: a copy of this file attached beside it is told apart */
 	sqlite3_randomness(sizeof(spec.id), &spec.id);
 	spec.id &= (sqlite3_int64) 0x3fffffffffffffffLL;
 	if (spec.id == 0)
 		spec.id = 1;
-	if (spec.zKeyColumn)
-	{
-		int			bBlind;
-
-		spec.zUniques = fenceUniqueSignature(db, zCanonical, &bBlind);
-		if (spec.zUniques == NULL)
-		{
-			resultError(ctx, bBlind ? FENCE_RC_INVALID : sqlite3_errcode(db),
-						bBlind ? sqlite3_mprintf("fence_protect: the UNIQUE indexes of \"%s\" "
-												 "read back NULL or no rows; the table is "
-												 "left as it was", zCanonical) :
-						sqlite3_mprintf("fence_protect: %s", sqlite3_errmsg(db)));
-			goto done;
-		}
-	}
-	else
-		spec.zUniques = sqlite3_mprintf("*");
+	/* admission reads the key column back (fenceReplaceReaches) */
+	spec.zUniques = spec.zKeyColumn ? sqlite3_mprintf("%s", spec.zKeyColumn) : sqlite3_mprintf("*");
 	zDrop = unprotectSql(ctx, "fence_protect", zCanonical);
 	if (zDrop == NULL)
 		goto done;
@@ -1049,8 +659,6 @@ done:
 	sqlite3_free(zSql);
 	sqlite3_free(zCanonical);
 	sqlite3_free(spec.zUniques);
-	sqlite3_free(spec.zConflictIns);
-	sqlite3_free(spec.zNotOld);
 }
 
 /* fence_unprotect(table): drop the guard; a table without one is left as is. */

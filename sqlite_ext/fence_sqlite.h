@@ -24,7 +24,7 @@ typedef struct FenceGuardSeen
 	char	   *zResource;		/* the resource, or the prefix when keyed */
 	int			nResource;
 	int			bKeyed;
-	int			bCounted;		/* its triggers are of FENCE_GUARD_SHAPE (fence_guard.c) */
+	int			bNeedsRecursive;	/* a REPLACE reaches another key's row (fence_guard.c) */
 } FenceGuardSeen;
 
 /*
@@ -235,7 +235,6 @@ typedef struct FenceConn
 	int			nGuardAlloc;
 	int			bGuardTxnChecked;	/* the schema generation was checked in this txn */
 	int			bByCount;		/* the guard call under way was admitted by the count */
-	int			bNoCountTxn;	/* this transaction reads the schema (fenceGuardRecheckSchema) */
 	int			bSchemaFresh;	/* the guard call under way reads the schema, shortcuts none */
 	sqlite3_uint64 nJoinPlanned;	/* statements planned that read fence's tables */
 	sqlite3_uint64 nJoinPlannedChecked; /* nJoinPlanned when the schema was last read */
@@ -244,6 +243,8 @@ typedef struct FenceConn
 	sqlite3_stmt *pProbeMain;
 	sqlite3_stmt *pProbeTemp;
 	sqlite3_stmt *pJournalMode;
+	sqlite3_stmt *pRecursiveSeen;	/* expires when recursive_triggers may change */
+	int			bRecursive;		/* PRAGMA recursive_triggers when it was prepared */
 	FenceLeases lease;			/* fence_lease.c */
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
@@ -385,6 +386,7 @@ void		fenceResultError(sqlite3_context *ctx, const char *zMsg, int rc);
 	"holder TEXT NOT NULL CHECK (typeof(holder) = 'text' AND holder <> ''), " \
 	"token INTEGER NOT NULL CHECK (typeof(token) = 'integer' AND token >= 1), " \
 	"expires_at INTEGER NOT NULL CHECK (typeof(expires_at) = 'integer')) WITHOUT ROWID"
+/* uniques: "*" for one resource, else the key column (the name is older) */
 #define FENCE_GUARDS_COLUMNS \
 	"(id INTEGER PRIMARY KEY, resource TEXT NOT NULL, keyed INTEGER NOT NULL, " \
 	"uniques TEXT NOT NULL)"
@@ -409,107 +411,29 @@ int			fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr);
 /*
  * Written into every guard trigger fence_protect makes (as a comment in its
  * WHEN clause); a guard whose triggers lack it was made by an older fence
- * (in a shape an authorizer can blind, or passing other arguments to the
- * guard functions), and is refused until protected again.
+ * (with REPLACE look-ups, or passing other arguments to the guard
+ * functions), and is refused until protected again.
  */
-#define FENCE_GUARD_SHAPE "fence guard shape 4"
-
-/*
- * The alias of a per-row guard's REPLACE look-ups ("FROM "T" AS c WHERE",
- * fence_protect.c), by which admission counts them (fence_guard.c): a table
- * whose name contains it cannot be protected.
- */
-#define FENCE_LOOKUP_ALIAS " AS c WHERE "
-
-/*
- * What a per-row guard's UPDATE look-ups put after each comparison with OLD
- * (the changed-columns test, a WITHOUT ROWID row's own exclusion), and what
- * admission requires of them (fence_guard.c): under the column's own
- * collation 'x' and 'X' can compare equal where a BINARY index keeps them
- * apart.
- */
-#define FENCE_OLD_COLLATE " COLLATE \"BINARY\""
+#define FENCE_GUARD_SHAPE "fence guard shape 5"
 
 /* fence_stats.c (the accept path's inline part: fence_stats.h) */
 int			fenceStatsRegister(sqlite3 *db, FenceConn *conn);
 int			fenceNowMs(sqlite3_int64 *pNow);
 void		fenceStatsFree(FenceConn *conn);
 
-/* fence_schema_read.c: the schema read whole through an authorizer */
-typedef struct FenceIndexColumn
-{
-	int			iSeq;			/* position in the index */
-	int			iCid;			/* the table's column; -1 the rowid, -2 an expression */
-	char	   *zName;			/* NULL for an expression */
-	char	   *zColl;
-} FenceIndexColumn;
-
-typedef struct FenceUniqueIndex
-{
-	char	   *zName;
-	int			bPartial;		/* CREATE UNIQUE INDEX ... WHERE */
-	int			nCol;			/* its key columns, in index order */
-	FenceIndexColumn *aCol;
-} FenceUniqueIndex;
-
-typedef struct FenceUniqueIndexes
-{
-	int			n;				/* sorted by name */
-	FenceUniqueIndex *a;
-} FenceUniqueIndexes;
-
-typedef struct FenceGuardTrigger
-{
-	char	   *zType;
-	char	   *zName;
-	char	   *zTable;
-	char	   *zSql;
-} FenceGuardTrigger;
-
-typedef struct FenceGuardTriggers
-{
-	int			n;
-	FenceGuardTrigger *a;
-	char	   *zPrefix;		/* "fence:<id>:", or NULL */
-	const char *zOnTable;		/* else the table they are on */
-	int			bAll;			/* or every object with SQL */
-} FenceGuardTriggers;
-
-int			fenceUniqueIndexesRead(sqlite3 *db, const char *zTable, FenceUniqueIndexes *p);
-void		fenceUniqueIndexesFree(FenceUniqueIndexes *p);
-int			fenceGuardTriggersRead(sqlite3 *db, sqlite3_int64 id, FenceGuardTriggers *p);
-int			fenceTableTriggersRead(sqlite3 *db, const char *zSchema, const char *zTable,
-								   FenceGuardTriggers *p);
-void		fenceGuardTriggersFree(FenceGuardTriggers *p);
+/* fence_schema_read.c */
+int			fenceIsRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn);
+int			fenceReplaceReaches(sqlite3 *db, const char *zTable, const char *zKey);
 int			fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id,
 								 int *pbRecorded);
-int			fenceHasRowidColumn(sqlite3 *db, const char *zTable, int *pbHas);
-#define FENCE_DEFAULT_UNIQUE 0		/* fenceDefaultReplaced: why the column was found */
-#define FENCE_DEFAULT_GENERATED 1
-#define FENCE_DEFAULT_AFTER 2
-int			fenceDefaultReplaced(sqlite3 *db, const char *zTable, const FenceUniqueIndexes *ix,
-								 const char *zAfterColumn, char **pzColumn, int *pWhy);
-
-/* A token of SQL text: a bare word, a quoted name or literal, or one character. */
-typedef enum FenceSqlToken
-{
-	FENCE_SQL_END, FENCE_SQL_WORD, FENCE_SQL_QUOTED, FENCE_SQL_PUNCT
-} FenceSqlToken;
-FenceSqlToken fenceSqlNextToken(const char **pz, const char **pzTok, int *pnTok);
-int			fenceGeneratedOverRowid(sqlite3 *db, const char *zTable, const char *zKey,
-									char **pzColumn);
 
 /* fence_guard.c */
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 							const char **pzRes, int *pnRes, int bKeyed);
 void		fenceGuardTxnEnded(FenceConn *conn);
-void		fenceGuardRecheckSchema(FenceConn *conn);
 void		fenceGuardRolledBack(FenceConn *conn);
 int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
-char	   *fenceUniqueSignature(sqlite3 *db, const char *zTable, int *pbBlind);
-/* fence_protect.c */
-char	   *fenceLookupTerm(char *zPrev, const char *zCol, const char *zColl);
 
 
 /* fence_protect.c */

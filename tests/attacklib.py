@@ -42,12 +42,16 @@ class Checks:
         return 1 if self.failures else 0
 
 
-def connect(path, load=True, timeout=5, **kw):
-    """An autocommit connection (isolation_level None), fence loaded unless load=False."""
+def connect(path, load=True, timeout=5, recursive=True, **kw):
+    """An autocommit connection (isolation_level None), fence loaded unless
+    load=False, with PRAGMA recursive_triggers=ON (which a per-row table a
+    REPLACE can reach across keys requires) unless recursive=False."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=timeout, **kw)
     if load:
         conn.enable_load_extension(True)
         conn.load_extension(EXTENSION)
+    if recursive:
+        conn.execute("PRAGMA recursive_triggers=ON")
     return conn
 
 

@@ -23,6 +23,7 @@ SQLAlchemy's documented pysqlite recipe for real transactions plus fence:
         dbapi_conn.enable_load_extension(True)
         dbapi_conn.load_extension(FENCE)
         dbapi_conn.enable_load_extension(False)
+        dbapi_conn.execute("PRAGMA recursive_triggers=ON")   # a per-row table's REPLACE
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
@@ -86,6 +87,7 @@ def engine_for(path, recipe, begin="BEGIN IMMEDIATE"):
         dbapi_conn.enable_load_extension(True)
         dbapi_conn.load_extension(EXTENSION)
         dbapi_conn.enable_load_extension(False)
+        dbapi_conn.execute("PRAGMA recursive_triggers=ON")
 
     if recipe:
         @event.listens_for(engine, "begin")

@@ -145,6 +145,7 @@ def main():
         # per-row resources: an UPDATE changing the key is checked under both
         c.execute("CREATE TABLE k(id TEXT PRIMARY KEY, tok INTEGER)")
         c.execute("SELECT fence_protect('k', 'tok', 'k:', 'id')")
+        c.execute("PRAGMA recursive_triggers = ON")    # a TEXT key in a rowid table
         c.execute("INSERT INTO k VALUES ('1', 3)")
         c.execute("UPDATE k SET id = '2', tok = 3")
         s = stats(c)

@@ -35,9 +35,13 @@ def scratch(name):
 
 
 def load(conn):
+    """Load fence, and turn recursive_triggers on, as docs/sqlite-guarantees.md
+    asks of a connection that writes a per-row table a REPLACE can reach
+    across keys (a TEXT key in a rowid table, or another UNIQUE index)."""
     conn.enable_load_extension(True)
     conn.load_extension(EXTENSION)
     conn.enable_load_extension(False)
+    conn.execute("PRAGMA recursive_triggers=ON")
     return conn
 
 

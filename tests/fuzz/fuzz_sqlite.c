@@ -911,10 +911,12 @@ openConn(Conn *c, int isBare)
 	/*
 	 * t: one fence "r". k: one per row, "p:" || id, a TEXT key (fence_protect
 	 * refuses a key without INTEGER or TEXT affinity: 1 and 1.0 would be one key).
-	 * u: one per row on the INTEGER PRIMARY KEY (an AFTER INSERT guard).
+	 * u: one per row on the INTEGER PRIMARY KEY (an INSERT must give it).
 	 * x: unprotected, for fuzzed fence_protect calls to guard as they like.
+	 * recursive_triggers on: k's rows can be replaced through the rowid.
 	 */
-	execOrDie("CREATE TABLE t(id INTEGER PRIMARY KEY, tok, v);"
+	execOrDie("PRAGMA recursive_triggers=ON;"
+			  "CREATE TABLE t(id INTEGER PRIMARY KEY, tok, v);"
 			  "CREATE TABLE k(id TEXT PRIMARY KEY, tok, v);"
 			  "CREATE TABLE u(id INTEGER PRIMARY KEY, tok, v);"
 			  "CREATE TABLE x(id PRIMARY KEY, tok, v);"

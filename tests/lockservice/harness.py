@@ -367,6 +367,7 @@ class SqliteDb:
         self.con.enable_load_extension(True)
         self.con.load_extension(cfg["sqlite"]["ext"])
         self.con.enable_load_extension(False)
+        self.con.execute("PRAGMA recursive_triggers=ON")   # accepted_log: keyed on rid, not the rowid
 
     def txstatus(self):
         return self.con.in_transaction
@@ -821,6 +822,7 @@ class SqliteFile:
         con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         con.enable_load_extension(True)
         con.load_extension(self.ext)
+        con.execute("PRAGMA recursive_triggers=ON")   # accepted_log: keyed on rid
         return con
 
     def cfg(self):

@@ -42,6 +42,7 @@ const TTL = 300;
 function open() {
 	const db = new Database(file, { timeout: 5000 });
 	db.loadExtension(ext);
+	db.pragma('recursive_triggers = ON'); // jobs is keyed on name, not the rowid
 	return db;
 }
 function committed(sql) {

@@ -1,17 +1,14 @@
 -- What the guard refuses besides stale and missing tokens, with the full
 -- messages (tests/sqlite_attacks_guard.py tries each as an attack and
 -- checks what committed): columns fence_protect will not guard, a journal
--- that cannot undo, a planted caller, a UNIQUE index added later, a guard
--- made by an older fence.
+-- that cannot undo, recursive_triggers off where a REPLACE reaches across
+-- keys, a planted caller, a guard made by an older fence.
 CREATE TABLE t_text(id INTEGER PRIMARY KEY, tok TEXT);
 SELECT fence_protect('t_text', 'tok', 'r');
 CREATE TABLE t_real(id INTEGER PRIMARY KEY, tok DOUBLE PRECISION);
 SELECT fence_protect('t_real', 'tok', 'r');
 CREATE TABLE t_nocase(k TEXT PRIMARY KEY COLLATE NOCASE, tok INTEGER);
 SELECT fence_protect('t_nocase', 'tok', 'p:', 'k');
-CREATE TABLE t_expr(k TEXT PRIMARY KEY, u TEXT, tok INTEGER);
-CREATE UNIQUE INDEX t_expr_lower ON t_expr(lower(u));
-SELECT fence_protect('t_expr', 'tok', 'p:', 'k');
 SELECT count(*) FROM sqlite_schema WHERE type = 'trigger';
 -- the numeric affinities and no type are tokens
 CREATE TABLE t_num(id INTEGER PRIMARY KEY, tok NUMERIC);
@@ -27,6 +24,12 @@ SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name LIKE 't_g
 -- journal_mode=OFF: refused before the first row is written
 CREATE TABLE acct(k TEXT PRIMARY KEY, u TEXT UNIQUE, v INTEGER, tok INTEGER);
 SELECT quote(fence_protect('acct', 'tok', 'acct:', 'k'));
+-- a REPLACE through u can delete another key's row: only with
+-- recursive_triggers on does it meet the DELETE guard (off by default, but
+-- on in a build made with SQLITE_DEFAULT_RECURSIVE_TRIGGERS=1)
+PRAGMA recursive_triggers = OFF;
+INSERT INTO acct VALUES ('a', 'ua', 1, 5), ('b', 'ub', 1, 5);
+PRAGMA recursive_triggers = ON;
 INSERT INTO acct VALUES ('a', 'ua', 1, 5), ('b', 'ub', 1, 5);
 PRAGMA journal_mode = OFF;
 INSERT INTO acct VALUES ('c', 'uc', 1, 5);
@@ -42,16 +45,27 @@ ROLLBACK;
 SELECT count(*) FROM acct WHERE k = 'c';
 PRAGMA journal_mode = DELETE;
 INSERT INTO acct VALUES ('c', 'uc', 1, 5);
--- REPLACE through the UNIQUE column u is checked as an UPDATE of row a
+-- REPLACE through the UNIQUE column u deletes row a: a DELETE of acct:a,
+-- which needs a fence on acct:a (the new row's token is for acct:d)
 SELECT fence_check('acct:a', 9);
 INSERT OR REPLACE INTO acct VALUES ('d', 'ua', 1, 6);
+BEGIN;
+SELECT fence_check('acct:a', 9);
+INSERT OR REPLACE INTO acct VALUES ('d', 'ua', 1, 6);
+COMMIT;
 SELECT k, u, tok FROM acct ORDER BY k;
-INSERT INTO acct VALUES ('e', 'ue', 1, 5);
--- a UNIQUE index created after fence_protect
-CREATE UNIQUE INDEX acct_v ON acct(v, k);
-INSERT INTO acct VALUES ('f', 'uf', 1, 5);
-SELECT quote(fence_protect('acct', 'tok', 'acct:', 'k'));
-INSERT INTO acct VALUES ('f', 'uf', 1, 5);
+-- a table whose only UNIQUE key is its INTEGER PRIMARY KEY key needs no setting
+CREATE TABLE ipk(id INTEGER PRIMARY KEY, tok INTEGER);
+SELECT quote(fence_protect('ipk', 'tok', 'ipk:', 'id'));
+PRAGMA recursive_triggers = OFF;
+INSERT OR REPLACE INTO ipk VALUES (1, 5);
+-- until a UNIQUE index made later lets a REPLACE reach another key's row
+ALTER TABLE ipk ADD COLUMN v TEXT;
+CREATE UNIQUE INDEX ipk_v_u ON ipk(v);
+INSERT OR REPLACE INTO ipk VALUES (2, 5, 'x');
+PRAGMA recursive_triggers = ON;
+INSERT OR REPLACE INTO ipk VALUES (2, 5, 'x');
+SELECT id, v FROM ipk ORDER BY id;
 -- a guard trigger of fence 1.2 passes no guard id
 CREATE TABLE legacy(id INTEGER PRIMARY KEY, tok INTEGER);
 CREATE TRIGGER "fence_insert:legacy" BEFORE INSERT ON legacy
