@@ -117,7 +117,7 @@ LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
 	IF v IS NULL THEN
 		RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'invalid fencing ' || what || ': NULL';
-	ELSIF v = '' THEN
+	ELSIF v = ('' COLLATE "C") THEN
 		RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'invalid fencing ' || what || ': empty string';
 	ELSIF octet_length(v) > max_bytes THEN
 		RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format(
@@ -160,7 +160,7 @@ DECLARE
 	b bytea;
 	out text := '';
 BEGIN
-	IF s IS NULL OR s !~ '[^\x01-\x7f]' THEN
+	IF s IS NULL OR (s COLLATE "C") !~ '[^\x01-\x7f]' THEN
 		RETURN s;	-- ASCII only
 	END IF;
 	client := current_setting('client_encoding');
@@ -175,10 +175,10 @@ BEGIN
 	WHEN OTHERS THEN
 		RETURN s;	-- no conversion to this client encoding: as the C edition
 	END;
-	FOREACH c IN ARRAY regexp_split_to_array(s, '') LOOP
-		IF c = E'\\' THEN
+	FOREACH c IN ARRAY regexp_split_to_array(s COLLATE "C", '') LOOP
+		IF c = (E'\\' COLLATE "C") THEN
 			out := out || E'\\\\';
-		ELSIF c !~ '[^\x01-\x7f]' THEN
+		ELSIF (c COLLATE "C") !~ '[^\x01-\x7f]' THEN
 			out := out || c;
 		ELSE
 			BEGIN
@@ -321,7 +321,7 @@ BEGIN
 	END IF;
 	t := (held::jsonb ->> r)::bigint;
 	IF t IS NULL AND current_setting('fence.escalated', true) IN ('share', 'exclusive') THEN
-		SELECT m.token INTO t FROM pg_temp.fence_held_more m WHERE m.resource = r;
+		SELECT m.token INTO t FROM pg_temp.fence_held_more m WHERE m.resource = (r COLLATE "default");
 	END IF;
 	RETURN t;
 END
@@ -427,9 +427,9 @@ BEGIN
 		_ok := fence__lock('exclusive', k1, k2);
 	END IF;
 	IF rc THEN
-		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
+		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
 	ELSE
-		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r FOR NO KEY UPDATE;
+		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default") FOR NO KEY UPDATE;
 	END IF;
 	IF h IS NOT NULL AND t < h THEN
 		RETURN h;
@@ -439,7 +439,7 @@ BEGIN
 			ON CONFLICT (resource) DO NOTHING;
 		wrote := FOUND;
 	ELSIF t > h THEN
-		UPDATE fence_tokens f SET token = t, updated_at = now() WHERE f.resource = r;
+		UPDATE fence_tokens f SET token = t, updated_at = now() WHERE f.resource = (r COLLATE "default");
 		wrote := FOUND;
 	END IF;
 	IF wrote THEN
@@ -489,7 +489,7 @@ BEGIN
 		-- transaction takes none). fence_check's error ends the statement,
 		-- and its locks with it: it takes the lock first and waits for an
 		-- advance in flight, as the C edition does.
-		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
+		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
 		IF h IS NOT NULL AND t < h THEN
 			IF raise_stale THEN
 				PERFORM fence__raise_stale(r, t, h);
@@ -500,7 +500,7 @@ BEGIN
 
 	esc := current_setting('fence.escalated', true);
 	rc := current_setting('transaction_isolation') = 'read committed';
-	k := hashtextextended(r, 17989);
+	k := hashtextextended(r COLLATE "C", 17989);
 	k1 := (k >> 32)::integer;
 	k2 := ((k << 32) >> 32)::integer;
 	IF mine IS NULL THEN
@@ -519,9 +519,9 @@ BEGIN
 			END IF;
 		END IF;
 		IF rc THEN
-			SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
+			SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
 		ELSE
-			SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r FOR SHARE;
+			SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default") FOR SHARE;
 		END IF;
 		IF h IS NOT NULL AND t < h THEN
 			IF raise_stale THEN
@@ -577,10 +577,14 @@ CREATE FUNCTION fence_check(resource text, token bigint) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
 	_ok boolean;
+	-- the resource as its bytes: a parameter takes the collation of its
+	-- argument (a column of a nondeterministic collation would make
+	-- 'A' and 'a' one resource): row 24 of docs/sql-edition.md
+	r text COLLATE "default" := resource;
 BEGIN
-	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_text(r, 'resource');
 	_ok := fence__check_token(token);
-	_ok := fence__accept(resource, token, true);
+	_ok := fence__accept(r, token, true);
 	RETURN token;
 END
 $$;
@@ -591,10 +595,11 @@ CREATE FUNCTION fence_try(resource text, token bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
 	_ok boolean;
+	r text COLLATE "default" := resource;	-- its bytes (fence_check)
 BEGIN
-	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_text(r, 'resource');
 	_ok := fence__check_token(token);
-	RETURN fence__accept(resource, token, false);
+	RETURN fence__accept(r, token, false);
 END
 $$;
 COMMENT ON FUNCTION fence_try(text, bigint) IS
@@ -605,9 +610,10 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
 DECLARE
 	_ok boolean;
 	h bigint;
+	r text COLLATE "default" := resource;	-- its bytes (fence_check)
 BEGIN
-	_ok := fence__check_text(resource, 'resource');
-	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = fence_current.resource;
+	_ok := fence__check_text(r, 'resource');
+	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
 	RETURN h;
 END
 $$;
@@ -621,20 +627,21 @@ DECLARE
 	_s text;
 	k bigint;
 	held text;
+	r text COLLATE "default" := resource;	-- its bytes (fence_check)
 BEGIN
-	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_text(r, 'resource');
 	IF current_setting('fence.escalated', true) IN ('share', 'exclusive') THEN
 		_ok := fence__lock('EXCLUSIVE');
 		_s := pg_catalog.set_config('fence.escalated', 'exclusive', true);
-		DELETE FROM pg_temp.fence_held_more m WHERE m.resource = fence_reset.resource;
+		DELETE FROM pg_temp.fence_held_more m WHERE m.resource = r;
 	ELSE
-		k := hashtextextended(resource, 17989);
+		k := hashtextextended(r COLLATE "C", 17989);
 		_ok := fence__lock('exclusive', (k >> 32)::integer, ((k << 32) >> 32)::integer);
 	END IF;
-	DELETE FROM fence_tokens f WHERE f.resource = fence_reset.resource;
+	DELETE FROM fence_tokens f WHERE f.resource = r;
 	held := current_setting('fence.held', true);
 	IF held IS NOT NULL AND held <> '' THEN
-		_s := pg_catalog.set_config('fence.held', (held::jsonb - resource)::text, true);
+		_s := pg_catalog.set_config('fence.held', (held::jsonb - r)::text, true);
 	END IF;
 END
 $$;
@@ -1096,7 +1103,7 @@ $$;
 CREATE FUNCTION fence__lease_lock(resource text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-	k bigint := hashtextextended(resource, 17990);
+	k bigint := hashtextextended(resource COLLATE "C", 17990);
 BEGIN
 	RETURN pg_try_advisory_xact_lock((k >> 32)::integer, ((k << 32) >> 32)::integer);
 END
@@ -1112,40 +1119,43 @@ DECLARE
 	h bigint;
 	top bigint := 0;
 	now_ts timestamptz := clock_timestamp();
+	-- the resource and the holder as their bytes (fence_check)
+	r text COLLATE "default" := resource;
+	hd text COLLATE "C" := holder;
 BEGIN
-	_ok := fence__check_lease(resource, holder, ttl_ms);
+	_ok := fence__check_lease(r, hd, ttl_ms);
 	IF current_setting('transaction_read_only') = 'on' THEN
 		RAISE EXCEPTION USING ERRCODE = '25006',
 			MESSAGE = 'cannot execute fence_acquire() in a read-only transaction';
 	END IF;
-	IF NOT fence__lease_lock(resource) THEN
+	IF NOT fence__lease_lock(r) THEN
 		RETURN NULL;
 	END IF;
 	SELECT f.holder, f.token, f.expires_at INTO l FROM fence_leases f
-	 WHERE f.resource = fence_acquire.resource FOR UPDATE;
+	 WHERE f.resource = r FOR UPDATE;
 	IF FOUND AND now_ts < l.expires_at THEN
-		IF l.holder::text <> holder THEN
+		IF (l.holder::text COLLATE "C") <> hd THEN
 			RETURN NULL;
 		END IF;
 		UPDATE fence_leases f SET expires_at = now_ts + ttl_ms * interval '1 millisecond'
-		 WHERE f.resource = fence_acquire.resource;
+		 WHERE f.resource = r;
 		_ok := fence__sync_lease();
 		RETURN l.token;
 	END IF;
 	IF FOUND THEN
 		top := l.token;
 	END IF;
-	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = fence_acquire.resource;
+	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
 	IF h IS NOT NULL AND h > top THEN
 		top := h;
 	END IF;
 	IF top = 9223372036854775807 THEN
 		RAISE EXCEPTION USING ERRCODE = '22003',
-			MESSAGE = format('invalid fencing token: every token of resource %s is used', fence__shown(resource)),
+			MESSAGE = format('invalid fencing token: every token of resource %s is used', fence__shown(r)),
 			DETAIL = 'The highest granted or accepted token is 9223372036854775807.',
 			HINT = 'Use another resource name.';
 	END IF;
-	INSERT INTO fence_leases AS f VALUES (resource, holder, top + 1, now_ts + ttl_ms * interval '1 millisecond')
+	INSERT INTO fence_leases AS f VALUES (r, hd, top + 1, now_ts + ttl_ms * interval '1 millisecond')
 		ON CONFLICT ON CONSTRAINT fence_leases_pkey DO UPDATE SET holder = excluded.holder, token = excluded.token,
 			expires_at = excluded.expires_at;
 	_ok := fence__sync_lease();
@@ -1162,18 +1172,21 @@ DECLARE
 	_ok boolean;
 	l record;
 	now_ts timestamptz := clock_timestamp();
+	-- the resource and the holder as their bytes (fence_check)
+	r text COLLATE "default" := resource;
+	hd text COLLATE "C" := holder;
 BEGIN
-	IF NOT fence__lease_lock(resource) THEN
+	IF NOT fence__lease_lock(r) THEN
 		RETURN false;
 	END IF;
 	SELECT f.holder, f.token, f.expires_at INTO l FROM fence_leases f
-	 WHERE f.resource = fence__lease_end.resource FOR UPDATE;
-	IF NOT FOUND OR now_ts >= l.expires_at OR l.token <> token OR l.holder::text <> holder THEN
+	 WHERE f.resource = r FOR UPDATE;
+	IF NOT FOUND OR now_ts >= l.expires_at OR l.token <> token OR (l.holder::text COLLATE "C") <> hd THEN
 		RETURN false;
 	END IF;
 	UPDATE fence_leases f SET expires_at = CASE WHEN ttl_ms IS NULL THEN now_ts
 		ELSE now_ts + ttl_ms * interval '1 millisecond' END
-	 WHERE f.resource = fence__lease_end.resource;
+	 WHERE f.resource = r;
 	_ok := fence__sync_lease();
 	RETURN true;
 END
