@@ -1248,6 +1248,15 @@ DECLARE
 	_s text;
 	stamp text := extract(epoch FROM statement_timestamp())::text;
 BEGIN
+	-- fence's own tables only (search_path is pinned to fence's schema):
+	-- attached to another table (a temporary one named fence_tokens) it
+	-- would write a row of the real one as fence's owner. Not PUBLIC's
+	-- either (below), as the C edition's fence_tokens_changed()
+	IF TG_RELID IS DISTINCT FROM 'fence_tokens'::regclass AND TG_RELID IS DISTINCT FROM 'fence_leases'::regclass THEN
+		RAISE EXCEPTION USING ERRCODE = '39P01',
+			MESSAGE = format('fence__sync_commit() fires only on fence_tokens and fence_leases, not on "%s"', TG_TABLE_NAME),
+			HINT = 'Drop the trigger: fence installs its own on fence_tokens and fence_leases.';
+	END IF;
 	IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
 		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
 	END IF;
@@ -1261,7 +1270,7 @@ BEGIN
 		-- (the first fence_sync_commit on search_path, which is pinned to
 		-- fence's schema: both of its triggers)
 		SET CONSTRAINTS fence_sync_commit DEFERRED;
-		IF TG_TABLE_NAME = 'fence_tokens' THEN
+		IF TG_RELID = 'fence_tokens'::regclass THEN
 			UPDATE fence_tokens f SET resource = f.resource WHERE f.resource = NEW.resource;
 		ELSE
 			UPDATE fence_leases f SET resource = f.resource WHERE f.resource = NEW.resource;
@@ -1339,7 +1348,8 @@ BEGIN
 		SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
 		 WHERE p.pronamespace = ns AND p.proname IN
 			('fence__accept', 'fence__advance', 'fence__remember', 'fence__escalate', 'fence__present',
-			 'fence__require', 'fence__lease_lock', 'fence__lease_end', 'fence__lock', 'fence__mine')
+			 'fence__require', 'fence__lease_lock', 'fence__lease_end', 'fence__lock', 'fence__mine',
+			 'fence__sync_commit')
 	LOOP
 		EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
 	END LOOP;
