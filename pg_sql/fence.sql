@@ -458,16 +458,8 @@ $$;
 CREATE FUNCTION fence__accept(r text, t bigint, raise_stale boolean) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-	_ok boolean;
-	_s text;
 	mine bigint;
 	h bigint;
-	k bigint;
-	k1 integer;
-	k2 integer;
-	esc text;
-	rc boolean;
-	held text;
 BEGIN
 	mine := fence__mine(r);
 	IF mine IS NOT NULL THEN
@@ -484,20 +476,51 @@ BEGIN
 		  AND current_setting('fence.escalated', true) IS DISTINCT FROM 'exclusive' THEN
 		-- fence_try: a token below the committed highest is stale whatever
 		-- is in flight (the highest never falls, except by fence_reset), so
-		-- it is refused without taking the resource's lock, which a
-		-- transaction that goes on after a false would keep (an escalated
-		-- transaction takes none). fence_check's error ends the statement,
-		-- and its locks with it: it takes the lock first and waits for an
-		-- advance in flight, as the C edition does.
+		-- it is refused at once, without taking a lock (an escalated
+		-- transaction takes none for r)
 		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
 		IF h IS NOT NULL AND t < h THEN
-			IF raise_stale THEN
-				PERFORM fence__raise_stale(r, t, h);
-			END IF;
 			RETURN false;
 		END IF;
 	END IF;
+	IF raise_stale THEN
+		-- fence_check's error ends the statement, and its locks with it: it
+		-- takes the lock first and waits for an advance in flight, as the C
+		-- edition does
+		RETURN fence__accept_locked(r, t, true, mine);
+	END IF;
+	-- fence_try: the locks are taken in a subtransaction that a false
+	-- (found stale after waiting for an advance in flight) rolls back, so
+	-- that a transaction that goes on after a false holds no lock of r
+	-- (nor ROW SHARE on fence_tokens, nor an escalation) that the next
+	-- holder's advance would wait for
+	BEGIN
+		RETURN fence__accept_locked(r, t, false, mine);
+	EXCEPTION WHEN SQLSTATE 'FNC01' THEN
+		RETURN false;
+	END;
+END
+$$;
 
+/*
+ * fence__accept once the committed highest does not make t stale: lock,
+ * read the highest again, accept or advance. A stale t raises 23T01
+ * (raise_stale) or FNC01 (fence_try's, caught by fence__accept, which
+ * undoes the locks with its subtransaction).
+ */
+CREATE FUNCTION fence__accept_locked(r text, t bigint, raise_stale boolean, mine bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+	_ok boolean;
+	_s text;
+	h bigint;
+	k bigint;
+	k1 integer;
+	k2 integer;
+	esc text;
+	rc boolean;
+	held text;
+BEGIN
 	esc := current_setting('fence.escalated', true);
 	rc := current_setting('transaction_isolation') = 'read committed';
 	k := hashtextextended(r COLLATE "C", 17989);
@@ -527,7 +550,7 @@ BEGIN
 			IF raise_stale THEN
 				PERFORM fence__raise_stale(r, t, h);
 			END IF;
-			RETURN false;
+			RAISE EXCEPTION USING ERRCODE = 'FNC01', MESSAGE = 'stale after the wait';
 		ELSIF h IS NOT NULL AND t = h THEN
 			_ok := fence__remember(r, t);
 			RETURN true;
@@ -539,23 +562,13 @@ BEGIN
 			'cannot execute %s in a read-only transaction',
 			CASE WHEN raise_stale THEN 'fence_check()' ELSE 'fence_try()' END);
 	END IF;
-	-- An advance (or the first token of r). fence_try runs it in a
-	-- subtransaction, so that a token found stale after the wait leaves no
-	-- exclusive lock behind; fence_check's error ends the statement anyway.
-	IF raise_stale THEN
-		h := fence__advance(r, t, k1, k2, esc, rc);
-		IF h IS NOT NULL THEN
+	-- An advance (or the first token of r)
+	h := fence__advance(r, t, k1, k2, esc, rc);
+	IF h IS NOT NULL THEN
+		IF raise_stale THEN
 			PERFORM fence__raise_stale(r, t, h);
 		END IF;
-	ELSE
-		BEGIN
-			h := fence__advance(r, t, k1, k2, esc, rc);
-			IF h IS NOT NULL THEN
-				RAISE EXCEPTION USING ERRCODE = 'FNC01', MESSAGE = 'stale after the wait';
-			END IF;
-		EXCEPTION WHEN SQLSTATE 'FNC01' THEN
-			RETURN false;
-		END;
+		RAISE EXCEPTION USING ERRCODE = 'FNC01', MESSAGE = 'stale after the wait';
 	END IF;
 	IF esc = 'share' THEN
 		_s := pg_catalog.set_config('fence.escalated', 'exclusive', true);
@@ -1347,7 +1360,7 @@ BEGIN
 	FOR f IN
 		SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
 		 WHERE p.pronamespace = ns AND p.proname IN
-			('fence__accept', 'fence__advance', 'fence__remember', 'fence__escalate', 'fence__present',
+			('fence__accept', 'fence__accept_locked', 'fence__advance', 'fence__remember', 'fence__escalate', 'fence__present',
 			 'fence__require', 'fence__lease_lock', 'fence__lease_end', 'fence__lock', 'fence__mine',
 			 'fence__sync_commit')
 	LOOP
