@@ -522,7 +522,13 @@ DECLARE
 	held text;
 BEGIN
 	esc := current_setting('fence.escalated', true);
-	rc := current_setting('transaction_isolation') = 'read committed';
+	-- READ COMMITTED: a plain read sees the newest commit. A read-only
+	-- transaction (on a hot standby every one) cannot read FOR SHARE: it
+	-- reads its snapshot's highest, refuses a token below it and accepts
+	-- one equal to it; it writes nothing, so no fenced write commits from
+	-- it (row 25 of docs/sql-edition.md)
+	rc := current_setting('transaction_isolation') = 'read committed'
+		  OR current_setting('transaction_read_only') = 'on';
 	k := hashtextextended(r COLLATE "C", 17989);
 	k1 := (k >> 32)::integer;
 	k2 := ((k << 32) >> 32)::integer;
@@ -558,9 +564,9 @@ BEGIN
 	END IF;
 
 	IF current_setting('transaction_read_only') = 'on' THEN
-		RAISE EXCEPTION USING ERRCODE = '25006', MESSAGE = format(
-			'cannot execute %s in a read-only transaction',
-			CASE WHEN raise_stale THEN 'fence_check()' ELSE 'fence_try()' END);
+		-- (fence_check() for fence_try too: the C edition's message)
+		RAISE EXCEPTION USING ERRCODE = '25006',
+			MESSAGE = 'cannot execute fence_check() in a read-only transaction';
 	END IF;
 	-- An advance (or the first token of r)
 	h := fence__advance(r, t, k1, k2, esc, rc);
