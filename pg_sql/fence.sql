@@ -460,6 +460,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
 	mine bigint;
 	h bigint;
+	adv boolean := false;
 BEGIN
 	mine := fence__mine(r);
 	IF mine IS NOT NULL THEN
@@ -472,22 +473,26 @@ BEGIN
 			END IF;
 			RETURN false;
 		END IF;
-	ELSIF NOT raise_stale AND current_setting('fence.escalated', true) IS DISTINCT FROM 'share'
+	ELSIF current_setting('fence.escalated', true) IS DISTINCT FROM 'share'
 		  AND current_setting('fence.escalated', true) IS DISTINCT FROM 'exclusive' THEN
+		-- the highest without a lock (at READ COMMITTED the newest commit,
+		-- else the snapshot's; an escalated transaction takes no lock of r)
+		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
 		-- fence_try: a token below the committed highest is stale whatever
 		-- is in flight (the highest never falls, except by fence_reset), so
-		-- it is refused at once, without taking a lock (an escalated
-		-- transaction takes none for r)
-		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
-		IF h IS NOT NULL AND t < h THEN
+		-- it is refused at once, without taking a lock
+		IF NOT raise_stale AND h IS NOT NULL AND t < h THEN
 			RETURN false;
 		END IF;
+		-- above it: most likely an advance (fence__accept_locked takes its
+		-- exclusive lock first)
+		adv := h IS NULL OR t > h;
 	END IF;
 	IF raise_stale THEN
 		-- fence_check's error ends the statement, and its locks with it: it
 		-- takes the lock first and waits for an advance in flight, as the C
 		-- edition does
-		RETURN fence__accept_locked(r, t, true, mine);
+		RETURN fence__accept_locked(r, t, true, mine, adv);
 	END IF;
 	-- fence_try: the locks are taken in a subtransaction that a false
 	-- (found stale after waiting for an advance in flight) rolls back, so
@@ -495,7 +500,7 @@ BEGIN
 	-- (nor ROW SHARE on fence_tokens, nor an escalation) that the next
 	-- holder's advance would wait for
 	BEGIN
-		RETURN fence__accept_locked(r, t, false, mine);
+		RETURN fence__accept_locked(r, t, false, mine, adv);
 	EXCEPTION WHEN SQLSTATE 'FNC01' THEN
 		RETURN false;
 	END;
@@ -508,7 +513,8 @@ $$;
  * (raise_stale) or FNC01 (fence_try's, caught by fence__accept, which
  * undoes the locks with its subtransaction).
  */
-CREATE FUNCTION fence__accept_locked(r text, t bigint, raise_stale boolean, mine bigint) RETURNS boolean
+CREATE FUNCTION fence__accept_locked(r text, t bigint, raise_stale boolean, mine bigint, adv boolean)
+	RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
 	_ok boolean;
@@ -520,6 +526,8 @@ DECLARE
 	esc text;
 	rc boolean;
 	held text;
+	n_held bigint;
+	max_held integer := current_setting('max_locks_per_transaction')::integer / 2;
 BEGIN
 	esc := current_setting('fence.escalated', true);
 	-- READ COMMITTED: a plain read sees the newest commit. A read-only
@@ -534,13 +542,36 @@ BEGIN
 	k2 := ((k << 32) >> 32)::integer;
 	IF mine IS NULL THEN
 		held := current_setting('fence.held', true);
+		IF held IS NOT NULL AND held <> '' AND (esc IS NULL OR esc = '') THEN
+			n_held := (SELECT count(*) FROM jsonb_object_keys(held::jsonb));
+		END IF;
+		-- An advance (t above the highest read without a lock) takes the
+		-- exclusive lock of r first, before the share lock: two
+		-- transactions advancing r to the same token (two connections of
+		-- one holder) would otherwise both hold the share lock and each
+		-- wait for the other's to take the exclusive one (40P01). If the
+		-- highest reached t (or passed it) while it waited, the
+		-- subtransaction gives the exclusive lock back: a same-token
+		-- holder keeps only the share lock (not when it escalates here, nor
+		-- read-only, where an advance is refused anyway)
+		IF adv AND (esc IS NULL OR esc = '') AND coalesce(n_held, 0) < max_held
+		   AND current_setting('transaction_read_only') = 'off' THEN
+			BEGIN
+				_ok := fence__lock('exclusive', k1, k2);
+				SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
+				IF h IS NOT NULL AND t <= h THEN
+					RAISE EXCEPTION USING ERRCODE = 'FNC02', MESSAGE = 'not an advance';
+				END IF;
+			EXCEPTION WHEN SQLSTATE 'FNC02' THEN
+				NULL;
+			END;
+		END IF;
 		IF held IS NULL OR held = '' THEN
 			-- the first fence of this transaction: the gate an escalated
 			-- advance waits at, and the resource's lock
 			_ok := fence__lock('ROW SHARE+share', k1, k2);
 		ELSIF esc IS NULL OR esc = '' THEN
-			IF (SELECT count(*) FROM jsonb_object_keys(held::jsonb))
-				   >= current_setting('max_locks_per_transaction')::integer / 2 THEN
+			IF n_held >= max_held THEN
 				_ok := fence__escalate();
 				esc := 'share';
 			ELSE
