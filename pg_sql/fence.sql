@@ -117,7 +117,7 @@ LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
 	IF v IS NULL THEN
 		RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'invalid fencing ' || what || ': NULL';
-	ELSIF v = '' THEN
+	ELSIF v = ('' COLLATE "C") THEN
 		RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'invalid fencing ' || what || ': empty string';
 	ELSIF octet_length(v) > max_bytes THEN
 		RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = format(
@@ -160,7 +160,7 @@ DECLARE
 	b bytea;
 	out text := '';
 BEGIN
-	IF s IS NULL OR s !~ '[^\x01-\x7f]' THEN
+	IF s IS NULL OR (s COLLATE "C") !~ '[^\x01-\x7f]' THEN
 		RETURN s;	-- ASCII only
 	END IF;
 	client := current_setting('client_encoding');
@@ -175,10 +175,10 @@ BEGIN
 	WHEN OTHERS THEN
 		RETURN s;	-- no conversion to this client encoding: as the C edition
 	END;
-	FOREACH c IN ARRAY regexp_split_to_array(s, '') LOOP
-		IF c = E'\\' THEN
+	FOREACH c IN ARRAY regexp_split_to_array(s COLLATE "C", '') LOOP
+		IF c = (E'\\' COLLATE "C") THEN
 			out := out || E'\\\\';
-		ELSIF c !~ '[^\x01-\x7f]' THEN
+		ELSIF (c COLLATE "C") !~ '[^\x01-\x7f]' THEN
 			out := out || c;
 		ELSE
 			BEGIN
@@ -321,7 +321,7 @@ BEGIN
 	END IF;
 	t := (held::jsonb ->> r)::bigint;
 	IF t IS NULL AND current_setting('fence.escalated', true) IN ('share', 'exclusive') THEN
-		SELECT m.token INTO t FROM pg_temp.fence_held_more m WHERE m.resource = r;
+		SELECT m.token INTO t FROM pg_temp.fence_held_more m WHERE m.resource = (r COLLATE "default");
 	END IF;
 	RETURN t;
 END
@@ -427,9 +427,9 @@ BEGIN
 		_ok := fence__lock('exclusive', k1, k2);
 	END IF;
 	IF rc THEN
-		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
+		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
 	ELSE
-		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r FOR NO KEY UPDATE;
+		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default") FOR NO KEY UPDATE;
 	END IF;
 	IF h IS NOT NULL AND t < h THEN
 		RETURN h;
@@ -439,7 +439,7 @@ BEGIN
 			ON CONFLICT (resource) DO NOTHING;
 		wrote := FOUND;
 	ELSIF t > h THEN
-		UPDATE fence_tokens f SET token = t, updated_at = now() WHERE f.resource = r;
+		UPDATE fence_tokens f SET token = t, updated_at = now() WHERE f.resource = (r COLLATE "default");
 		wrote := FOUND;
 	END IF;
 	IF wrote THEN
@@ -458,16 +458,9 @@ $$;
 CREATE FUNCTION fence__accept(r text, t bigint, raise_stale boolean) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-	_ok boolean;
-	_s text;
 	mine bigint;
 	h bigint;
-	k bigint;
-	k1 integer;
-	k2 integer;
-	esc text;
-	rc boolean;
-	held text;
+	adv boolean := false;
 BEGIN
 	mine := fence__mine(r);
 	IF mine IS NOT NULL THEN
@@ -480,38 +473,105 @@ BEGIN
 			END IF;
 			RETURN false;
 		END IF;
-	ELSIF NOT raise_stale AND current_setting('fence.escalated', true) IS DISTINCT FROM 'share'
+	ELSIF current_setting('fence.escalated', true) IS DISTINCT FROM 'share'
 		  AND current_setting('fence.escalated', true) IS DISTINCT FROM 'exclusive' THEN
+		-- the highest without a lock (at READ COMMITTED the newest commit,
+		-- else the snapshot's; an escalated transaction takes no lock of r)
+		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
 		-- fence_try: a token below the committed highest is stale whatever
 		-- is in flight (the highest never falls, except by fence_reset), so
-		-- it is refused without taking the resource's lock, which a
-		-- transaction that goes on after a false would keep (an escalated
-		-- transaction takes none). fence_check's error ends the statement,
-		-- and its locks with it: it takes the lock first and waits for an
-		-- advance in flight, as the C edition does.
-		SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
-		IF h IS NOT NULL AND t < h THEN
-			IF raise_stale THEN
-				PERFORM fence__raise_stale(r, t, h);
-			END IF;
+		-- it is refused at once, without taking a lock
+		IF NOT raise_stale AND h IS NOT NULL AND t < h THEN
 			RETURN false;
 		END IF;
+		-- above it: most likely an advance (fence__accept_locked takes its
+		-- exclusive lock first)
+		adv := h IS NULL OR t > h;
 	END IF;
+	IF raise_stale THEN
+		-- fence_check's error ends the statement, and its locks with it: it
+		-- takes the lock first and waits for an advance in flight, as the C
+		-- edition does
+		RETURN fence__accept_locked(r, t, true, mine, adv);
+	END IF;
+	-- fence_try: the locks are taken in a subtransaction that a false
+	-- (found stale after waiting for an advance in flight) rolls back, so
+	-- that a transaction that goes on after a false holds no lock of r
+	-- (nor ROW SHARE on fence_tokens, nor an escalation) that the next
+	-- holder's advance would wait for
+	BEGIN
+		RETURN fence__accept_locked(r, t, false, mine, adv);
+	EXCEPTION WHEN SQLSTATE 'FNC01' THEN
+		RETURN false;
+	END;
+END
+$$;
 
+/*
+ * fence__accept once the committed highest does not make t stale: lock,
+ * read the highest again, accept or advance. A stale t raises 23T01
+ * (raise_stale) or FNC01 (fence_try's, caught by fence__accept, which
+ * undoes the locks with its subtransaction).
+ */
+CREATE FUNCTION fence__accept_locked(r text, t bigint, raise_stale boolean, mine bigint, adv boolean)
+	RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+	_ok boolean;
+	_s text;
+	h bigint;
+	k bigint;
+	k1 integer;
+	k2 integer;
+	esc text;
+	rc boolean;
+	held text;
+	n_held bigint;
+	max_held integer := current_setting('max_locks_per_transaction')::integer / 2;
+BEGIN
 	esc := current_setting('fence.escalated', true);
-	rc := current_setting('transaction_isolation') = 'read committed';
-	k := hashtextextended(r, 17989);
+	-- READ COMMITTED: a plain read sees the newest commit. A read-only
+	-- transaction (on a hot standby every one) cannot read FOR SHARE: it
+	-- reads its snapshot's highest, refuses a token below it and accepts
+	-- one equal to it; it writes nothing, so no fenced write commits from
+	-- it (row 25 of docs/sql-edition.md)
+	rc := current_setting('transaction_isolation') = 'read committed'
+		  OR current_setting('transaction_read_only') = 'on';
+	k := hashtextextended(r COLLATE "C", 17989);
 	k1 := (k >> 32)::integer;
 	k2 := ((k << 32) >> 32)::integer;
 	IF mine IS NULL THEN
 		held := current_setting('fence.held', true);
+		IF held IS NOT NULL AND held <> '' AND (esc IS NULL OR esc = '') THEN
+			n_held := (SELECT count(*) FROM jsonb_object_keys(held::jsonb));
+		END IF;
+		-- An advance (t above the highest read without a lock) takes the
+		-- exclusive lock of r first, before the share lock: two
+		-- transactions advancing r to the same token (two connections of
+		-- one holder) would otherwise both hold the share lock and each
+		-- wait for the other's to take the exclusive one (40P01). If the
+		-- highest reached t (or passed it) while it waited, the
+		-- subtransaction gives the exclusive lock back: a same-token
+		-- holder keeps only the share lock (not when it escalates here, nor
+		-- read-only, where an advance is refused anyway)
+		IF adv AND (esc IS NULL OR esc = '') AND coalesce(n_held, 0) < max_held
+		   AND current_setting('transaction_read_only') = 'off' THEN
+			BEGIN
+				_ok := fence__lock('exclusive', k1, k2);
+				SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
+				IF h IS NOT NULL AND t <= h THEN
+					RAISE EXCEPTION USING ERRCODE = 'FNC02', MESSAGE = 'not an advance';
+				END IF;
+			EXCEPTION WHEN SQLSTATE 'FNC02' THEN
+				NULL;
+			END;
+		END IF;
 		IF held IS NULL OR held = '' THEN
 			-- the first fence of this transaction: the gate an escalated
 			-- advance waits at, and the resource's lock
 			_ok := fence__lock('ROW SHARE+share', k1, k2);
 		ELSIF esc IS NULL OR esc = '' THEN
-			IF (SELECT count(*) FROM jsonb_object_keys(held::jsonb))
-				   >= current_setting('max_locks_per_transaction')::integer / 2 THEN
+			IF n_held >= max_held THEN
 				_ok := fence__escalate();
 				esc := 'share';
 			ELSE
@@ -519,15 +579,15 @@ BEGIN
 			END IF;
 		END IF;
 		IF rc THEN
-			SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
+			SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default");
 		ELSE
-			SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r FOR SHARE;
+			SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = (r COLLATE "default") FOR SHARE;
 		END IF;
 		IF h IS NOT NULL AND t < h THEN
 			IF raise_stale THEN
 				PERFORM fence__raise_stale(r, t, h);
 			END IF;
-			RETURN false;
+			RAISE EXCEPTION USING ERRCODE = 'FNC01', MESSAGE = 'stale after the wait';
 		ELSIF h IS NOT NULL AND t = h THEN
 			_ok := fence__remember(r, t);
 			RETURN true;
@@ -535,27 +595,17 @@ BEGIN
 	END IF;
 
 	IF current_setting('transaction_read_only') = 'on' THEN
-		RAISE EXCEPTION USING ERRCODE = '25006', MESSAGE = format(
-			'cannot execute %s in a read-only transaction',
-			CASE WHEN raise_stale THEN 'fence_check()' ELSE 'fence_try()' END);
+		-- (fence_check() for fence_try too: the C edition's message)
+		RAISE EXCEPTION USING ERRCODE = '25006',
+			MESSAGE = 'cannot execute fence_check() in a read-only transaction';
 	END IF;
-	-- An advance (or the first token of r). fence_try runs it in a
-	-- subtransaction, so that a token found stale after the wait leaves no
-	-- exclusive lock behind; fence_check's error ends the statement anyway.
-	IF raise_stale THEN
-		h := fence__advance(r, t, k1, k2, esc, rc);
-		IF h IS NOT NULL THEN
+	-- An advance (or the first token of r)
+	h := fence__advance(r, t, k1, k2, esc, rc);
+	IF h IS NOT NULL THEN
+		IF raise_stale THEN
 			PERFORM fence__raise_stale(r, t, h);
 		END IF;
-	ELSE
-		BEGIN
-			h := fence__advance(r, t, k1, k2, esc, rc);
-			IF h IS NOT NULL THEN
-				RAISE EXCEPTION USING ERRCODE = 'FNC01', MESSAGE = 'stale after the wait';
-			END IF;
-		EXCEPTION WHEN SQLSTATE 'FNC01' THEN
-			RETURN false;
-		END;
+		RAISE EXCEPTION USING ERRCODE = 'FNC01', MESSAGE = 'stale after the wait';
 	END IF;
 	IF esc = 'share' THEN
 		_s := pg_catalog.set_config('fence.escalated', 'exclusive', true);
@@ -577,10 +627,14 @@ CREATE FUNCTION fence_check(resource text, token bigint) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
 	_ok boolean;
+	-- the resource as its bytes: a parameter takes the collation of its
+	-- argument (a column of a nondeterministic collation would make
+	-- 'A' and 'a' one resource): row 24 of docs/sql-edition.md
+	r text COLLATE "default" := resource;
 BEGIN
-	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_text(r, 'resource');
 	_ok := fence__check_token(token);
-	_ok := fence__accept(resource, token, true);
+	_ok := fence__accept(r, token, true);
 	RETURN token;
 END
 $$;
@@ -591,10 +645,11 @@ CREATE FUNCTION fence_try(resource text, token bigint) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
 	_ok boolean;
+	r text COLLATE "default" := resource;	-- its bytes (fence_check)
 BEGIN
-	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_text(r, 'resource');
 	_ok := fence__check_token(token);
-	RETURN fence__accept(resource, token, false);
+	RETURN fence__accept(r, token, false);
 END
 $$;
 COMMENT ON FUNCTION fence_try(text, bigint) IS
@@ -605,9 +660,10 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER AS $$
 DECLARE
 	_ok boolean;
 	h bigint;
+	r text COLLATE "default" := resource;	-- its bytes (fence_check)
 BEGIN
-	_ok := fence__check_text(resource, 'resource');
-	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = fence_current.resource;
+	_ok := fence__check_text(r, 'resource');
+	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
 	RETURN h;
 END
 $$;
@@ -621,20 +677,21 @@ DECLARE
 	_s text;
 	k bigint;
 	held text;
+	r text COLLATE "default" := resource;	-- its bytes (fence_check)
 BEGIN
-	_ok := fence__check_text(resource, 'resource');
+	_ok := fence__check_text(r, 'resource');
 	IF current_setting('fence.escalated', true) IN ('share', 'exclusive') THEN
 		_ok := fence__lock('EXCLUSIVE');
 		_s := pg_catalog.set_config('fence.escalated', 'exclusive', true);
-		DELETE FROM pg_temp.fence_held_more m WHERE m.resource = fence_reset.resource;
+		DELETE FROM pg_temp.fence_held_more m WHERE m.resource = r;
 	ELSE
-		k := hashtextextended(resource, 17989);
+		k := hashtextextended(r COLLATE "C", 17989);
 		_ok := fence__lock('exclusive', (k >> 32)::integer, ((k << 32) >> 32)::integer);
 	END IF;
-	DELETE FROM fence_tokens f WHERE f.resource = fence_reset.resource;
+	DELETE FROM fence_tokens f WHERE f.resource = r;
 	held := current_setting('fence.held', true);
 	IF held IS NOT NULL AND held <> '' THEN
-		_s := pg_catalog.set_config('fence.held', (held::jsonb - resource)::text, true);
+		_s := pg_catalog.set_config('fence.held', (held::jsonb - r)::text, true);
 	END IF;
 END
 $$;
@@ -1096,7 +1153,7 @@ $$;
 CREATE FUNCTION fence__lease_lock(resource text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-	k bigint := hashtextextended(resource, 17990);
+	k bigint := hashtextextended(resource COLLATE "C", 17990);
 BEGIN
 	RETURN pg_try_advisory_xact_lock((k >> 32)::integer, ((k << 32) >> 32)::integer);
 END
@@ -1112,40 +1169,43 @@ DECLARE
 	h bigint;
 	top bigint := 0;
 	now_ts timestamptz := clock_timestamp();
+	-- the resource and the holder as their bytes (fence_check)
+	r text COLLATE "default" := resource;
+	hd text COLLATE "C" := holder;
 BEGIN
-	_ok := fence__check_lease(resource, holder, ttl_ms);
+	_ok := fence__check_lease(r, hd, ttl_ms);
 	IF current_setting('transaction_read_only') = 'on' THEN
 		RAISE EXCEPTION USING ERRCODE = '25006',
 			MESSAGE = 'cannot execute fence_acquire() in a read-only transaction';
 	END IF;
-	IF NOT fence__lease_lock(resource) THEN
+	IF NOT fence__lease_lock(r) THEN
 		RETURN NULL;
 	END IF;
 	SELECT f.holder, f.token, f.expires_at INTO l FROM fence_leases f
-	 WHERE f.resource = fence_acquire.resource FOR UPDATE;
+	 WHERE f.resource = r FOR UPDATE;
 	IF FOUND AND now_ts < l.expires_at THEN
-		IF l.holder::text <> holder THEN
+		IF (l.holder::text COLLATE "C") <> hd THEN
 			RETURN NULL;
 		END IF;
 		UPDATE fence_leases f SET expires_at = now_ts + ttl_ms * interval '1 millisecond'
-		 WHERE f.resource = fence_acquire.resource;
+		 WHERE f.resource = r;
 		_ok := fence__sync_lease();
 		RETURN l.token;
 	END IF;
 	IF FOUND THEN
 		top := l.token;
 	END IF;
-	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = fence_acquire.resource;
+	SELECT f.token INTO h FROM fence_tokens f WHERE f.resource = r;
 	IF h IS NOT NULL AND h > top THEN
 		top := h;
 	END IF;
 	IF top = 9223372036854775807 THEN
 		RAISE EXCEPTION USING ERRCODE = '22003',
-			MESSAGE = format('invalid fencing token: every token of resource %s is used', fence__shown(resource)),
+			MESSAGE = format('invalid fencing token: every token of resource %s is used', fence__shown(r)),
 			DETAIL = 'The highest granted or accepted token is 9223372036854775807.',
 			HINT = 'Use another resource name.';
 	END IF;
-	INSERT INTO fence_leases AS f VALUES (resource, holder, top + 1, now_ts + ttl_ms * interval '1 millisecond')
+	INSERT INTO fence_leases AS f VALUES (r, hd, top + 1, now_ts + ttl_ms * interval '1 millisecond')
 		ON CONFLICT ON CONSTRAINT fence_leases_pkey DO UPDATE SET holder = excluded.holder, token = excluded.token,
 			expires_at = excluded.expires_at;
 	_ok := fence__sync_lease();
@@ -1162,18 +1222,21 @@ DECLARE
 	_ok boolean;
 	l record;
 	now_ts timestamptz := clock_timestamp();
+	-- the resource and the holder as their bytes (fence_check)
+	r text COLLATE "default" := resource;
+	hd text COLLATE "C" := holder;
 BEGIN
-	IF NOT fence__lease_lock(resource) THEN
+	IF NOT fence__lease_lock(r) THEN
 		RETURN false;
 	END IF;
 	SELECT f.holder, f.token, f.expires_at INTO l FROM fence_leases f
-	 WHERE f.resource = fence__lease_end.resource FOR UPDATE;
-	IF NOT FOUND OR now_ts >= l.expires_at OR l.token <> token OR l.holder::text <> holder THEN
+	 WHERE f.resource = r FOR UPDATE;
+	IF NOT FOUND OR now_ts >= l.expires_at OR l.token <> token OR (l.holder::text COLLATE "C") <> hd THEN
 		RETURN false;
 	END IF;
 	UPDATE fence_leases f SET expires_at = CASE WHEN ttl_ms IS NULL THEN now_ts
 		ELSE now_ts + ttl_ms * interval '1 millisecond' END
-	 WHERE f.resource = fence__lease_end.resource;
+	 WHERE f.resource = r;
 	_ok := fence__sync_lease();
 	RETURN true;
 END
@@ -1235,6 +1298,15 @@ DECLARE
 	_s text;
 	stamp text := extract(epoch FROM statement_timestamp())::text;
 BEGIN
+	-- fence's own tables only (search_path is pinned to fence's schema):
+	-- attached to another table (a temporary one named fence_tokens) it
+	-- would write a row of the real one as fence's owner. Not PUBLIC's
+	-- either (below), as the C edition's fence_tokens_changed()
+	IF TG_RELID IS DISTINCT FROM 'fence_tokens'::regclass AND TG_RELID IS DISTINCT FROM 'fence_leases'::regclass THEN
+		RAISE EXCEPTION USING ERRCODE = '39P01',
+			MESSAGE = format('fence__sync_commit() fires only on fence_tokens and fence_leases, not on "%s"', TG_TABLE_NAME),
+			HINT = 'Drop the trigger: fence installs its own on fence_tokens and fence_leases.';
+	END IF;
 	IF current_setting('synchronous_commit') IN ('off', 'local', 'remote_write') THEN
 		_s := pg_catalog.set_config('synchronous_commit', 'on', true);
 	END IF;
@@ -1248,7 +1320,7 @@ BEGIN
 		-- (the first fence_sync_commit on search_path, which is pinned to
 		-- fence's schema: both of its triggers)
 		SET CONSTRAINTS fence_sync_commit DEFERRED;
-		IF TG_TABLE_NAME = 'fence_tokens' THEN
+		IF TG_RELID = 'fence_tokens'::regclass THEN
 			UPDATE fence_tokens f SET resource = f.resource WHERE f.resource = NEW.resource;
 		ELSE
 			UPDATE fence_leases f SET resource = f.resource WHERE f.resource = NEW.resource;
@@ -1325,8 +1397,9 @@ BEGIN
 	FOR f IN
 		SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
 		 WHERE p.pronamespace = ns AND p.proname IN
-			('fence__accept', 'fence__advance', 'fence__remember', 'fence__escalate', 'fence__present',
-			 'fence__require', 'fence__lease_lock', 'fence__lease_end', 'fence__lock', 'fence__mine')
+			('fence__accept', 'fence__accept_locked', 'fence__advance', 'fence__remember', 'fence__escalate', 'fence__present',
+			 'fence__require', 'fence__lease_lock', 'fence__lease_end', 'fence__lock', 'fence__mine',
+			 'fence__sync_commit')
 	LOOP
 		EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
 	END LOOP;

@@ -166,3 +166,26 @@ SELECT id, tok FROM sqled_dom ORDER BY id;
 SELECT fence_current('sqled:dom:1'), fence_current('sqled:dom:2');
 DROP TABLE sqled_dom;
 DROP DOMAIN sqled_tok;
+-- fence__sync_commit() (SECURITY DEFINER) is not PUBLIC's, and fires only
+-- on fence's own tables: an application role cannot attach it, and
+-- attached by its owner to another table named fence_tokens it touches no
+-- row of the real one (trusts T1; the C edition's fence_tokens_changed)
+SELECT has_function_privilege('public', 'fence__sync_commit()', 'EXECUTE') AS sync_commit_public;
+SELECT fence_check('se:t1', 5);
+SELECT xmin::text AS t1_xmin FROM fence_tokens WHERE resource = 'se:t1' \gset
+CREATE ROLE se_t1_app;
+SET ROLE se_t1_app;
+CREATE TEMP TABLE fence_tokens (resource text);
+CREATE CONSTRAINT TRIGGER se_t1 AFTER INSERT ON pg_temp.fence_tokens INITIALLY IMMEDIATE
+	FOR EACH ROW EXECUTE FUNCTION fence__sync_commit();
+\echo :LAST_ERROR_SQLSTATE
+DROP TABLE pg_temp.fence_tokens;
+RESET ROLE;
+CREATE TEMP TABLE fence_tokens (resource text);
+CREATE CONSTRAINT TRIGGER se_t1 AFTER INSERT ON pg_temp.fence_tokens INITIALLY IMMEDIATE
+	FOR EACH ROW EXECUTE FUNCTION fence__sync_commit();
+INSERT INTO pg_temp.fence_tokens VALUES ('se:t1');
+\echo :LAST_ERROR_SQLSTATE
+DROP TABLE pg_temp.fence_tokens;
+SELECT xmin::text = :'t1_xmin' AS real_row_untouched, token FROM fence_tokens WHERE resource = 'se:t1';
+DROP ROLE se_t1_app;

@@ -134,6 +134,15 @@ if [ "$FENCE_EDITION" = sql ]; then
 		echo "not ok - sql_edition_sync_commit.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
 	fi
 	rm -f "$sync_out"
+	# connections of one holder advancing to one new token at once (the C
+	# edition runs it with the other tests/pg_*.py below)
+	st_out=$(mktemp)
+	(cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/tests/pg_same_token_advance.py") 2>&1 | tee "$st_out"
+	status=${PIPESTATUS[0]}
+	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$st_out"; then
+		echo "not ok - pg_same_token_advance.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
+	fi
+	rm -f "$st_out"
 fi
 # the Python tests exercise the C edition's internals and its library
 [ "$FENCE_EDITION" = sql ] && exit 0
