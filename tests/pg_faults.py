@@ -1069,6 +1069,7 @@ def grant(k):       # the lock service: a counter file per resource under flock
 con = sqlite3.connect(db, isolation_level=None, timeout=30)
 con.enable_load_extension(True)
 con.load_extension(ext)
+con.execute("PRAGMA recursive_triggers = ON")   # slog is keyed on k, not its INTEGER PRIMARY KEY
 out = sys.stdout
 held = {}
 seq = 0
