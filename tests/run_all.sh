@@ -6,12 +6,22 @@ set -u
 . "$(dirname "$0")/lib.sh"
 cd "$FENCE_ROOT"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.times"' EXIT
+# Each step's wall-clock seconds, printed as a summary before the count
+# (the machine may be shared: compare shares, not totals).
+: >"$log.times"
+check_start=$(date +%s)
 
 step() {	# step NAME COMMAND...: run it, echo and keep its report lines
 	local name=$1
 	shift
+	# FENCE_STEPS=REGEX runs only the steps whose name matches (to time or
+	# rerun a few; the count then covers those only)
+	if [ -n "${FENCE_STEPS:-}" ] && ! [[ $name =~ $FENCE_STEPS ]]; then
+		return 0
+	fi
 	echo "# $name"
+	local t0=$(date +%s)
 	"$@" 2>&1 | tee -a "$log.step" | grep -v '^ok - ' | grep -v '^not ok - ' | grep -v '^$' | sed 's/^/#   /' | tail -60
 	local status=${PIPESTATUS[0]}
 	grep -E '^(not )?ok - ' "$log.step" | tee -a "$log"
@@ -19,6 +29,7 @@ step() {	# step NAME COMMAND...: run it, echo and keep its report lines
 		echo "not ok - $name (exit status $status)" | tee -a "$log"
 	fi
 	rm -f "$log.step"
+	printf '%5d s  %s\n' $(($(date +%s) - t0)) "$name" >>"$log.times"
 }
 
 build() {	# the builds, each a test: strict warnings are an error in CI
@@ -89,6 +100,10 @@ if [ -x tests/run_versions.sh ]; then
 	step "PostgreSQL suites, SQL edition, PostgreSQL 15 and 18" bash tests/run_versions.sh 15 18
 fi
 
+echo
+echo "# time per step (wall clock, seconds; load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
+sed 's/^/#   /' "$log.times"
+echo "#   $(($(date +%s) - check_start)) s in all"
 passed=$(grep -c '^ok - ' "$log")
 failed=$(grep -c '^not ok - ' "$log")
 echo
