@@ -126,6 +126,12 @@ for t in tests/sqlite_*.py; do
 	[ -e "$t" ] && step "$(basename "$t")" "$PYTHON" "$t"
 done
 wait "$prefetch"	# each step below builds what is missing itself, and says so if it cannot
+# From here on, the long CPU-bound steps run in the background, one after the
+# other (bg_step), beside the foreground steps: the allocation-failure test
+# now (one core, about 12,000 runs of a workload under ASan), the PostgreSQL
+# suites once the Debian-package test is done. What runs meanwhile in the
+# foreground is light or mostly waits on servers (failovers, lease expiries).
+bg_step "SQLite allocation failures, loading twice, close_v2 (ASan, UBSan)" runtime
 step "SQLite 3.53.2 (the newest a registry package carries): regression suite, tests/sqlite_*.py" \
 	bash tests/run_newest_sqlite.sh
 step "Node 20 and better-sqlite3 12 (installed into build/node on first use)" bash tests/stacks/run_node.sh
@@ -141,15 +147,18 @@ demo_check() {	# make demo must keep telling its story: exit 0 only if both runs
 	report $? "make demo: the zombie's write lands with the fence off and is refused with it on, also under the database's own lease"
 }
 step "demo" demo_check
-# Two long CPU-bound steps run in the background, one after the other,
-# beside the lock-service, Patroni, Debian-package and examples steps, which
-# mostly wait on their servers (failovers, lease expiries), and report after
-# them: the allocation-failure test (one core, about 12,000 runs of a
-# workload under ASan) and the SQL edition on PostgreSQL 15 and 18 (its own
-# clusters on private sockets; the PostgreSQL 18 server fetched into
-# build/pg, which nothing else uses; no extension files of the C edition).
-bg_step "SQLite allocation failures, loading twice, close_v2 (ASan, UBSan)" runtime
-# the SQL edition on Debian's 15 and the newest major (make check-versions: 13 to 18)
+# The Debian-package test installs fence system-wide for a while (into
+# PostgreSQL 15's own directories): the PostgreSQL suites start after it.
+step "Debian packages: build, install, smoke-test the installed files" bash tests/deb_packages.sh
+# The C extension built once here, so that the steps that install it into
+# their own directories (tests/pg_cluster.sh, the lock-service and Patroni
+# harnesses) find it up to date and never build it at the same time.
+make -s -C pg_ext with_llvm=no >/dev/null 2>&1
+# Each suite on clusters of its own (private socket directories), the SQL
+# edition on Debian's 15 and the newest major (make check-versions: 13 to 18).
+if [ -x tests/run_pg.sh ]; then
+	bg_step "PostgreSQL suites" bash tests/run_pg.sh
+fi
 if [ -x tests/run_versions.sh ]; then
 	bg_step "PostgreSQL suites, SQL edition, PostgreSQL 15 and 18" bash tests/run_versions.sh 15 18
 fi
@@ -159,13 +168,10 @@ fi
 if [ -x tests/ha/run.sh ]; then
 	step "fence on a Patroni cluster: partition, switchover, kill -9, SIGSTOP, asynchronous loss" bash tests/ha/run.sh
 fi
-step "Debian packages: build, install, smoke-test the installed files" bash tests/deb_packages.sh
 step "examples/, each against the real servers it needs" "$PYTHON" examples/run.py
 bg_join "SQLite allocation failures, loading twice, close_v2 (ASan, UBSan)"
+bg_join "PostgreSQL suites"
 bg_join "PostgreSQL suites, SQL edition, PostgreSQL 15 and 18"
-if [ -x tests/run_pg.sh ]; then
-	step "PostgreSQL suites" bash tests/run_pg.sh
-fi
 
 echo
 echo "# time per step (wall clock, seconds; load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
