@@ -128,16 +128,16 @@ done
 wait "$prefetch"	# each step below builds what is missing itself, and says so if it cannot
 # From here on, the long CPU-bound steps run in the background, one after the
 # other (bg_step), beside the foreground steps: the allocation-failure test
-# now (one core, about 12,000 runs of a workload under ASan), the PostgreSQL
-# suites once the Debian-package test is done. What runs meanwhile in the
+# (one core, about 12,000 runs of a workload under ASan) and the fuzzers now,
+# the PostgreSQL suites once the Debian-package test is done. What runs meanwhile in the
 # foreground is light or mostly waits on servers (failovers, lease expiries).
 bg_step "SQLite allocation failures, loading twice, close_v2 (ASan, UBSan)" runtime
+if [ -x tests/fuzz/run.sh ]; then	# builds into build/fuzz, which nothing else uses
+	bg_step "fuzzers, a short run (make fuzz runs longer)" bash tests/fuzz/run.sh 10
+fi
 step "SQLite 3.53.2 (the newest a registry package carries): regression suite, tests/sqlite_*.py" \
 	bash tests/run_newest_sqlite.sh
 step "Node 20 and better-sqlite3 12 (installed into build/node on first use)" bash tests/stacks/run_node.sh
-if [ -x tests/fuzz/run.sh ]; then
-	step "fuzzers, a short run (make fuzz runs longer)" bash tests/fuzz/run.sh 10
-fi
 step "packaging: licence, META.json, make install, make dist" bash tests/packaging.sh
 step "PGXN: make dist, META.json's PostgreSQL versions, the zip builds and installs" bash tests/pgxn_dist.sh
 step "npm package: pack, install beside better-sqlite3 12, a stale write refused" bash tests/npm_package.sh
@@ -170,6 +170,7 @@ if [ -x tests/ha/run.sh ]; then
 fi
 step "examples/, each against the real servers it needs" "$PYTHON" examples/run.py
 bg_join "SQLite allocation failures, loading twice, close_v2 (ASan, UBSan)"
+bg_join "fuzzers, a short run (make fuzz runs longer)"
 bg_join "PostgreSQL suites"
 bg_join "PostgreSQL suites, SQL edition, PostgreSQL 15 and 18"
 
