@@ -46,9 +46,16 @@ report $bad "npm: the tarball holds the code, the types, the licence and prebuil
 proj=$FENCE_ROOT/build/npm-smoke
 # tests/stacks/run_node.sh compiles better-sqlite3 12 into build/node first (in
 # make check, in the background from the start): link that one rather than
-# compile it a second time
+# compile it a second time. npm runs a linked (file:) dependency's install
+# script on every `npm install` in the project, which recompiled that
+# better-sqlite3 in place each time (minutes, twice a run): with the link,
+# installs here pass --ignore-scripts. Nothing is lost: sqlite-fence has no
+# install script (its one script is prepack, run by npm pack above), and
+# typescript and the @types package have none.
+noscripts=""
 if [ -e "$FENCE_ROOT/build/node/node_modules/better-sqlite3/build/Release/better_sqlite3.node" ]; then
 	deps="file:../node/node_modules/better-sqlite3 typescript@5 @types/better-sqlite3@7"
+	noscripts=--ignore-scripts
 else
 	deps="better-sqlite3@12 typescript@5 @types/better-sqlite3@7"
 fi
@@ -58,13 +65,13 @@ if [ "$(cat "$proj/.deps" 2>/dev/null)" != "$deps" ] || [ ! -e "$proj/node_modul
 	echo '{ "name": "fence-npm-smoke", "private": true, "version": "0.0.0" }' >"$proj/package.json"
 	rm -rf "$proj/node_modules" "$proj/package-lock.json" "$proj/.deps"
 	# shellcheck disable=SC2086
-	( cd "$proj" && npmi $deps ) >"$work/deps.log" 2>&1 && echo "$deps" >"$proj/.deps"
+	( cd "$proj" && npmi $noscripts $deps ) >"$work/deps.log" 2>&1 && echo "$deps" >"$proj/.deps"
 	st=$?
 	[ $st -ne 0 ] && tail -20 "$work/deps.log"
 	report $st "npm: the scratch project gets better-sqlite3 12 (from source on Node $(node --version)) and typescript"
 fi
 rm -rf "$proj/node_modules/sqlite-fence"
-( cd "$proj" && npmi --no-save "$tgz" ) >"$work/install.log" 2>&1
+( cd "$proj" && npmi $noscripts --no-save "$tgz" ) >"$work/install.log" 2>&1
 st=$?
 [ $st -ne 0 ] && tail -20 "$work/install.log"
 report $st "npm: npm install of the packed tarball into a project with better-sqlite3 $(node -p "require('$proj/node_modules/better-sqlite3/package.json').version" 2>/dev/null)"

@@ -36,11 +36,13 @@ v=$("$PYTHON" -c 'import sqlite3; print(sqlite3.sqlite_version)')
 report $? "$tag $PYTHON's sqlite3 module runs SQLite $v"
 for t in tests/sqlite_*.py; do
 	log=$(mktemp)
+	t0=$(date +%s)
 	"$PYTHON" "$t" > "$log" 2>&1
 	status=$?
 	prefix < "$log"
 	if [ $status -ne 0 ] && ! grep -q '^not ok - ' "$log"; then
 		report 1 "$tag $(basename "$t") (exit status $status)"
 	fi
+	echo "# time: $(($(date +%s) - t0)) s $(basename "$t")"
 	rm -f "$log"
 done

@@ -154,11 +154,13 @@ fi
 for t in tests/pg_*.py; do
 	[ -e "$t" ] || continue
 	out=$(mktemp)
+	t0=$(date +%s)
 	(cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/$t") 2>&1 | tee "$out"
 	status=${PIPESTATUS[0]}
 	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$out"; then
 		echo "not ok - $(basename "$t") exited with status $status before reporting a failure"
 	fi
+	echo "# time: $(($(date +%s) - t0)) s $(basename "$t")"
 	rm -f "$out"
 done
 exit 0
