@@ -10,7 +10,7 @@
  * Provides: fenceAccept, fenceReadHighest, fenceForgetResource,
  * fenceUndoOnError, fenceUndoForget, fenceTakeSavedError,
  * fenceFinalizeStatements. Calls fence_cache.c, fence_held.c and
- * fence_guard.c (fenceSchemaCheck), never fence.c.
+ * never fence.c or fence_guard.c.
  *
  * Concurrency: SQLite has one writer per database file. An accept first
  * enlists fence_held (fence_held.c) through a virtual table in TEMP, which
@@ -73,17 +73,10 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->tokens.pDelete);
 	fenceEnlistForget(conn, &conn->pEnlist);
 	fenceEnlistForget(conn, &conn->pEnlistMain);
-	sqlite3_finalize(conn->pProbeMain);
-	sqlite3_finalize(conn->pSchemaProbe);
-	conn->pSchemaProbe = NULL;
-	conn->pProbeSeen = NULL;
-	sqlite3_finalize(conn->pProbeTemp);
+	fenceChangesFinalize(conn);
 	sqlite3_finalize(conn->pJournalMode);
-	sqlite3_finalize(conn->pRecursiveSeen);
-	conn->pRecursiveSeen = NULL;
-	conn->tokens.pSelect = conn->tokens.pAdvance = conn->tokens.pDelete = conn->pEnlist = NULL;
-	conn->pEnlistMain = NULL;
-	conn->pProbeMain = conn->pProbeTemp = conn->pJournalMode = NULL;
+	conn->tokens.pSelect = conn->tokens.pAdvance = conn->tokens.pDelete = NULL;
+	conn->pJournalMode = NULL;
 }
 
 /*
@@ -582,15 +575,12 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		rc = FENCE_RC_BROKEN;
 	if (rc == SQLITE_OK && conn->bEnlisted && conn->cache.txn == FENCE_CACHE_TXN_UNKNOWN)
 	{
-		/*
-		 * The first accept of the transaction: may it take the cache's
-		 * word? A guard's call admitted by the count (fence_guard.c) has
-		 * the schema's word already.
-		 */
-		int			bSchemaSame = (conn->bInGuard && conn->bByCount) ||
-			fenceSchemaCheck(conn) == SQLITE_OK;
+		/* the first accept of the transaction: may it take the cache's word? */
+		int			rcPoll;
+		unsigned	gen = fenceChangesPoll(conn, 0, &rcPoll);
 
-		fenceCacheTxnBegin(conn, bSchemaSame && conn->tokens.sharedCache == FENCE_SHARED_NO);
+		fenceCacheTxnBegin(conn, rcPoll == SQLITE_OK &&
+						   conn->tokens.sharedCache == FENCE_SHARED_NO, gen);
 	}
 	if (rc == SQLITE_OK)
 	{

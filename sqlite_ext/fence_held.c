@@ -251,9 +251,9 @@ heldBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 	/*
 	 * Planned: a statement that reads one of fence's tables is being
 	 * prepared, such as one that fires a guard trigger, whose body reads
-	 * fence_join (fence_protect.c). Counted for fenceGuardAdmit.
+	 * fence_join (fence_protect.c). Counted for the detector (fenceChangesPoll).
 	 */
-	((HeldVtab *) pVtab)->conn->nJoinPlanned++;
+	((HeldVtab *) pVtab)->conn->changes.nPlanned++;
 	info->estimatedCost = 10.0;
 	info->estimatedRows = 10;
 	return SQLITE_OK;
@@ -704,8 +704,10 @@ fenceHeldConnect(FenceConn *conn)
  * (the subquery names main, which makes SQLite check main's schema and
  * take main's read lock; it never runs: the table is empty when it joins),
  * so that SQLite prepares them again after a schema change, which is how
- * fence_guard.c learns of one (fenceSchemaCheck).
+ * the change detector learns of one (sawRun, "What changed" below).
  */
+static void sawRun(FenceConn *conn);
+
 static const char enlistSql[] =
 "DELETE FROM temp.fence_enlist WHERE rowid = -1 "
 "AND NOT EXISTS (SELECT 1 FROM main.sqlite_schema WHERE 0)";
@@ -811,26 +813,7 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 		return FENCE_RC_SHADOWED;
 	}
 
-	/*
-	 * Prepared again since it last ran (or new): the schema changed, or
-	 * TEMP's did, or the main database was replaced (ATTACH and
-	 * sqlite3_deserialize expire every statement, and restart main's data
-	 * version): the cache forgets what it holds.
-	 */
-	{
-		int			i = pp == &conn->pEnlistMain;
-		int			n = sqlite3_stmt_status(*pp, SQLITE_STMTSTATUS_REPREPARE, 0);
-
-		if (conn->apEnlistRan[i] != *pp || conn->anEnlistRan[i] != n)
-			conn->pHooks->xSchemaChanged(conn);
-		conn->apEnlistRan[i] = *pp;
-		conn->anEnlistRan[i] = n;
-	}
-
-	/* did it run on the schema fence last checked (fenceSchemaCheck)? */
-	conn->pEnlistLast = *pp;
-	conn->bEnlistSchemaSame = *pp == conn->pSchemaStmt &&
-		sqlite3_stmt_status(*pp, SQLITE_STMTSTATUS_REPREPARE, 0) == conn->nSchemaReprepare;
+	sawRun(conn);
 	return SQLITE_OK;
 }
 
@@ -841,14 +824,131 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 void
 fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
 {
-	if (*pp != NULL && *pp == conn->pSchemaStmt)
-		conn->pSchemaStmt = NULL;
-	if (*pp != NULL && *pp == conn->pEnlistLast)
-		conn->pEnlistLast = NULL;
-	if (*pp != NULL && *pp == conn->apEnlistRan[0])
-		conn->apEnlistRan[0] = NULL;
-	if (*pp != NULL && *pp == conn->apEnlistRan[1])
-		conn->apEnlistRan[1] = NULL;
+	if (*pp != NULL)
+		conn->changes.nSum = -1;	/* the sum of counts no longer compares */
 	sqlite3_finalize(*pp);
 	*pp = NULL;
+}
+
+/* ---------------------------------------------------------------------
+ * What changed: the one change detector
+ *
+ * SQLite prepares a statement again before it runs when what it was
+ * prepared on changed: main's schema (its cookie, read as the statement
+ * starts, moved: DDL by this connection or another, committed or rolled
+ * back), TEMP's schema, ATTACH, DETACH, sqlite3_deserialize or a flag
+ * pragma (recursive_triggers...), the last four by expiring every
+ * statement of the connection. The watched statements, which name main's
+ * schema (the probe, the enlisting statements), therefore show any such
+ * change as a move of their SQLITE_STMTSTATUS_REPREPARE counts once they
+ * run: FenceChanges.gen moves then. The enlisting statement runs at the
+ * start of every transaction fence takes part in, for free; the probe
+ * runs only when that proves nothing:
+ *
+ *   - no watched statement ran in this transaction (it was joined through
+ *     fence_join, or none is open);
+ *   - a statement that reads fence's tables was prepared since one ran
+ *     (heldBestIndex counts them): that may follow a schema change made
+ *     inside this transaction, after it enlisted; a guard trigger's
+ *     statement prepared before the last run runs on the schema of then,
+ *     or SQLite would prepare it again;
+ *   - the probe has expired (a flag pragma, TEMP DDL, ATTACH);
+ *   - the caller asks (bStep: a guard call about to write fence_tokens,
+ *     which may come from a statement that is not a guard's).
+ *
+ * Another database attached: its schema is not watched, and gen moves in
+ * every transaction instead.
+ * ------------------------------------------------------------------ */
+
+static const char probeSql[] = "SELECT 1 FROM main.sqlite_schema WHERE 0";
+
+static void
+changed(FenceConn *conn)
+{
+	if (++conn->changes.gen == 0)
+		conn->changes.gen = 1;
+	fenceGuardMemoForget(conn);
+}
+
+/* Something the counts cannot show may have changed (a rollback of DDL). */
+void
+fenceChangesBump(FenceConn *conn)
+{
+	changed(conn);
+}
+
+/* A watched statement ran: did any of them have to be prepared again? */
+static void
+sawRun(FenceConn *conn)
+{
+	FenceChanges *c = &conn->changes;
+	sqlite3_stmt *a[3] = {c->pProbe, conn->pEnlist, conn->pEnlistMain};
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < 3; i++)
+		if (a[i] != NULL)
+			n += sqlite3_stmt_status(a[i], SQLITE_STMTSTATUS_REPREPARE, 0);
+	if (n != c->nSum)
+	{
+		c->nSum = n;
+		changed(conn);
+	}
+	c->nBeginSeen = conn->bEnlisted ? conn->nBegin : conn->nBegin - 1;
+	c->nPlannedSeen = c->nPlanned;
+}
+
+/*
+ * The generation now: what was learnt in an earlier one no longer holds.
+ * *pRc: SQLITE_OK, or the probe could not run (then the generation has
+ * moved too, and the caller refuses).
+ */
+unsigned
+fenceChangesPoll(FenceConn *conn, int bStep, int *pRc)
+{
+	FenceChanges *c = &conn->changes;
+	int			rc = SQLITE_OK;
+
+	*pRc = SQLITE_OK;
+	if (sqlite3_db_name(conn->db, 2) != NULL &&
+		(!conn->bEnlisted || c->nBeginAttached != conn->nBegin))
+	{
+		c->nBeginAttached = conn->nBegin;
+		changed(conn);
+	}
+	/* a library built without deprecated APIs has no sqlite3_expired: run it */
+	if (!bStep && c->pProbe != NULL && conn->bEnlisted && c->nBeginSeen == conn->nBegin &&
+		c->nPlannedSeen == c->nPlanned && sqlite3_api->expired != NULL &&
+		!sqlite3_expired(c->pProbe))
+		return c->gen;
+	if (c->pProbe == NULL)
+	{
+		rc = fenceHeldConnect(conn);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_prepare_v3(conn->db, probeSql, -1, SQLITE_PREPARE_PERSISTENT,
+									&c->pProbe, NULL);
+		c->nSum = -1;
+	}
+	if (rc == SQLITE_OK)
+	{
+		rc = sqlite3_step(c->pProbe);
+		sqlite3_reset(c->pProbe);
+		rc = rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+	}
+	if (rc != SQLITE_OK)
+	{
+		*pRc = rc;
+		changed(conn);
+		return c->gen;
+	}
+	sawRun(conn);
+	return c->gen;
+}
+
+void
+fenceChangesFinalize(FenceConn *conn)
+{
+	sqlite3_finalize(conn->changes.pProbe);
+	conn->changes.pProbe = NULL;
+	conn->changes.nSum = -1;
 }

@@ -78,7 +78,7 @@ hookRolledBackTo(FenceConn *conn)
 
 static const FenceHooks fenceHooks = {
 	hookFinalize, hookFree, hookTxnStartOver, fenceCacheTxnEnd, hookRolledBack,
-	hookRolledBackTo, fenceCacheSchemaChanged, fenceConnRelease
+	hookRolledBackTo, fenceConnRelease
 };
 
 /* ---------------------------------------------------------------------

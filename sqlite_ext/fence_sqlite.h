@@ -131,16 +131,16 @@ typedef struct FenceCache
 	int			bRecorded;		/* version describes what the entries hold */
 	unsigned	version;		/* main's data version after the last recorded commit */
 	int			bTxnWrote;		/* fence wrote fence_tokens in this transaction */
+	unsigned	schemaGen;		/* FenceChanges.gen the entries were filled in */
 	FenceHint	aHint[FENCE_HINTS];
 } FenceCache;
 
-void		fenceCacheTxnBegin(struct FenceConn *conn, int bUsable);
+void		fenceCacheTxnBegin(struct FenceConn *conn, int bUsable, unsigned schemaGen);
 void		fenceCacheSet(struct FenceConn *conn, const char *z, int n, int bHas,
 						  sqlite3_int64 highest);
 void		fenceCacheForgetOne(struct FenceConn *conn, const char *z, int n);
 void		fenceCacheForget(struct FenceConn *conn);
 void		fenceCacheWrote(struct FenceConn *conn);
-void		fenceCacheSchemaChanged(struct FenceConn *conn);
 void		fenceCacheTxnEnd(struct FenceConn *conn, int bCommitted);
 void		fenceCacheRolledBackTo(struct FenceConn *conn);
 void		fenceCacheFree(struct FenceConn *conn);
@@ -175,9 +175,27 @@ typedef struct FenceHooks
 	void		(*xCacheTxnEnd) (struct FenceConn *, int bCommitted);
 	void		(*xRolledBack) (struct FenceConn *);	/* before xTxnStartOver */
 	void		(*xRolledBackTo) (struct FenceConn *);
-	void		(*xSchemaChanged) (struct FenceConn *);
 	void		(*xRelease) (struct FenceConn *);	/* drop a reference (fence_stats.c) */
 } FenceHooks;
+
+/*
+ * The one change detector (fence_held.c, "What changed"): gen moves
+ * whenever something fence depends on may have changed: main's or TEMP's
+ * schema (DDL by this connection or another), ATTACH/DETACH, a flag
+ * pragma such as recursive_triggers. Each consumer (guard admission, the
+ * recursive_triggers check, the cache) remembers the gen its knowledge is
+ * of, and asks fenceChangesPoll.
+ */
+typedef struct FenceChanges
+{
+	unsigned	gen;			/* never 0 once polled */
+	sqlite3_stmt *pProbe;		/* names main's schema, never returns a row */
+	int			nSum;			/* reprepare counts of pProbe, pEnlist, pEnlistMain then */
+	unsigned	nBeginSeen;		/* the transaction a watched statement last ran in */
+	unsigned	nBeginAttached; /* the last transaction with another database attached */
+	sqlite3_uint64 nPlanned;	/* statements planned that read fence's tables */
+	sqlite3_uint64 nPlannedSeen;	/* nPlanned when a watched statement last ran */
+} FenceChanges;
 
 typedef struct FenceConn
 {
@@ -218,33 +236,17 @@ typedef struct FenceConn
 	/* fence_held.c: the enlisting statements */
 	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
 	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
-	/* schema changes, seen through the enlisting statement (fence_held.c) */
-	sqlite3_stmt *pEnlistLast;	/* the one the open transaction ran */
-	int			bEnlistSchemaSame;	/* and it ran on the schema last checked */
-	sqlite3_stmt *apEnlistRan[2];	/* pEnlist, pEnlistMain when they last ran */
-	int			anEnlistRan[2]; /* and their SQLITE_STMTSTATUS_REPREPARE then */
-	sqlite3_stmt *pSchemaStmt;	/* the statement the schema was last checked with */
-	int			nSchemaReprepare;	/* and its SQLITE_STMTSTATUS_REPREPARE then */
+	FenceChanges changes;		/* the change detector (fence_held.c) */
 	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
-	sqlite3_stmt *pSchemaProbe;	/* names main's schema, does nothing (fence_guard.c) */
-	sqlite3_stmt *pProbeSeen;	/* pSchemaProbe when it last ran */
-	int			nProbeSeen;		/* and its SQLITE_STMTSTATUS_REPREPARE then */
 	/* guard admission (fence_guard.c) */
-	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
+	FenceGuardSeen *aGuard;		/* ids admitted in generation admittedGen */
 	int			nGuard;
 	int			nGuardAlloc;
-	int			bGuardTxnChecked;	/* the schema generation was checked in this txn */
-	int			bByCount;		/* the guard call under way was admitted by the count */
-	int			bSchemaFresh;	/* the guard call under way reads the schema, shortcuts none */
-	sqlite3_uint64 nJoinPlanned;	/* statements planned that read fence's tables */
-	sqlite3_uint64 nJoinPlannedChecked; /* nJoinPlanned when the schema was last read */
-	sqlite3_int64 cookieMain;	/* the schema versions aGuard was checked against */
-	sqlite3_int64 cookieTemp;
-	sqlite3_stmt *pProbeMain;
-	sqlite3_stmt *pProbeTemp;
+	unsigned	admittedGen;	/* FenceChanges.gen aGuard holds for */
+	int			bSchemaFresh;	/* the guard call under way steps the detector, shortcuts none */
+	unsigned	recursiveGen;	/* FenceChanges.gen bRecursive was read in */
+	int			bRecursive;		/* PRAGMA recursive_triggers then */
 	sqlite3_stmt *pJournalMode;
-	sqlite3_stmt *pRecursiveSeen;	/* expires when recursive_triggers may change */
-	int			bRecursive;		/* PRAGMA recursive_triggers when it was prepared */
 	FenceLeases lease;			/* fence_lease.c */
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
@@ -280,7 +282,7 @@ fenceCacheGet(const FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 	const FenceHint *h = &conn->cache.aHint[fenceCacheSlot(z, n)];
 
 	if (conn->cache.txn == FENCE_CACHE_TXN_ON && h->gen == conn->cache.gen &&
-		h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
+		conn->cache.schemaGen == conn->changes.gen && h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
 		memcmp(h->z, z, (size_t) n) == 0)
 		return h;
 	return NULL;
@@ -341,6 +343,9 @@ int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn, int bLockMain);
 void		fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp);
 int			fenceHeldCreateEnlist(FenceConn *conn);
+unsigned	fenceChangesPoll(FenceConn *conn, int bStep, int *pRc);
+void		fenceChangesBump(FenceConn *conn);
+void		fenceChangesFinalize(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
 /* fence_loaded()'s pointer type: only C code can make such a value (fence.c) */
@@ -432,7 +437,6 @@ int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idAr
 							const char **pzRes, int *pnRes, int bKeyed);
 void		fenceGuardTxnEnded(FenceConn *conn);
 void		fenceGuardRolledBack(FenceConn *conn);
-int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
 
 
