@@ -576,8 +576,11 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	if (rc == SQLITE_OK && conn->bEnlisted && conn->cache.txn == FENCE_CACHE_TXN_UNKNOWN)
 	{
 		/* the first accept of the transaction: may it take the cache's word? */
-		int			rcPoll;
-		unsigned	gen = fenceChangesPoll(conn, 0, &rcPoll);
+		int			rcPoll = SQLITE_OK;
+
+		/* a guard's call: its admission has just asked */
+		unsigned	gen = conn->bInGuard ? conn->changes.gen :
+			fenceChangesPoll(conn, FENCE_POLL_ANY, &rcPoll);
 
 		fenceCacheTxnBegin(conn, rcPoll == SQLITE_OK &&
 						   conn->tokens.sharedCache == FENCE_SHARED_NO, gen);

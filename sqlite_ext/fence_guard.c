@@ -340,7 +340,7 @@ recursiveTriggersOn(FenceConn *conn, int *pbOn)
 {
 	sqlite3_stmt *p = NULL;
 	int			rc;
-	unsigned	gen = fenceChangesPoll(conn, 0, &rc);
+	unsigned	gen = fenceChangesPoll(conn, FENCE_POLL_GUARD, &rc);
 
 	if (rc == SQLITE_OK && gen != conn->recursiveGen)
 	{
@@ -420,7 +420,8 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (!journalWorks(ctx, conn))
 		return 0;
 	id = sqlite3_value_int64(idArg);
-	gen = fenceChangesPoll(conn, conn->bSchemaFresh, &rc);
+	gen = fenceChangesPoll(conn, conn->bSchemaFresh ? FENCE_POLL_STEP :
+						   FENCE_POLL_GUARD, &rc);
 	if (rc != SQLITE_OK)
 	{
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema: %s",

@@ -846,14 +846,23 @@ fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
  * runs only when that proves nothing:
  *
  *   - no watched statement ran in this transaction (it was joined through
- *     fence_join, or none is open);
+ *     fence_join, or none is open), unless the caller is a guard call
+ *     (FENCE_POLL_GUARD): one from a statement that fires a guard trigger
+ *     proves it alone, for each such trigger reads fence_join, so SQLite
+ *     plans a read of it (counted below) whenever it prepares the
+ *     statement, and it prepares it again, before it runs, after any change
+ *     of main's schema (by any connection, committed or rolled back); the
+ *     rest expires the probe. (A guard call from anywhere else proves
+ *     nothing by this: what it gets is an accept at the token already
+ *     highest, which fence_check gives anyone; a guard's write of
+ *     fence_tokens runs the probe first, fence.c.)
  *   - a statement that reads fence's tables was prepared since one ran
  *     (heldBestIndex counts them): that may follow a schema change made
  *     inside this transaction, after it enlisted; a guard trigger's
  *     statement prepared before the last run runs on the schema of then,
  *     or SQLite would prepare it again;
  *   - the probe has expired (a flag pragma, TEMP DDL, ATTACH);
- *   - the caller asks (bStep: a guard call about to write fence_tokens,
+ *   - the caller asks (FENCE_POLL_STEP: a guard call about to write fence_tokens,
  *     which may come from a statement that is not a guard's).
  *
  * Another database attached: its schema is not watched, and gen moves in
@@ -899,12 +908,12 @@ sawRun(FenceConn *conn)
 }
 
 /*
- * The generation now: what was learnt in an earlier one no longer holds.
- * *pRc: SQLITE_OK, or the probe could not run (then the generation has
- * moved too, and the caller refuses).
+ * fenceChangesPoll (fence_sqlite.h) when its shortcut does not answer:
+ * runs the probe. *pRc: SQLITE_OK, or the probe could not run (then the
+ * generation has moved too, and the caller refuses).
  */
-unsigned
-fenceChangesPoll(FenceConn *conn, int bStep, int *pRc)
+FENCE_NOINLINE unsigned
+fenceChangesRun(FenceConn *conn, int mode, int *pRc)
 {
 	FenceChanges *c = &conn->changes;
 	int			rc = SQLITE_OK;
@@ -916,10 +925,7 @@ fenceChangesPoll(FenceConn *conn, int bStep, int *pRc)
 		c->nBeginAttached = conn->nBegin;
 		changed(conn);
 	}
-	/* a library built without deprecated APIs has no sqlite3_expired: run it */
-	if (!bStep && c->pProbe != NULL && conn->bEnlisted && c->nBeginSeen == conn->nBegin &&
-		c->nPlannedSeen == c->nPlanned && sqlite3_api->expired != NULL &&
-		!sqlite3_expired(c->pProbe))
+	if (fenceChangesNone(conn, mode))
 		return c->gen;
 	if (c->pProbe == NULL)
 	{

@@ -17,6 +17,8 @@
 #include "../core/fence_core.h"
 #include "../core/fence_held.h"
 
+SQLITE_EXTENSION_INIT3			/* for the inline functions below */
+
 /* A guard id admitted in this schema generation (fence_guard.c). */
 typedef struct FenceGuardSeen
 {
@@ -343,7 +345,44 @@ int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn, int bLockMain);
 void		fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp);
 int			fenceHeldCreateEnlist(FenceConn *conn);
-unsigned	fenceChangesPoll(FenceConn *conn, int bStep, int *pRc);
+/* fenceChangesPoll's callers */
+#define FENCE_POLL_ANY 0		/* any caller */
+#define FENCE_POLL_GUARD 1		/* a guard call (fence_held.c, "What changed") */
+#define FENCE_POLL_STEP 2		/* run the probe whatever else says */
+unsigned	fenceChangesRun(FenceConn *conn, int mode, int *pRc);
+
+/*
+ * Nothing can have changed since a watched statement last ran (fence_held.c,
+ * "What changed"). A library built without deprecated APIs has no
+ * sqlite3_expired: the probe runs then.
+ */
+static inline int
+fenceChangesNone(const FenceConn *conn, int mode)
+{
+	const FenceChanges *c = &conn->changes;
+
+	return mode != FENCE_POLL_STEP && c->pProbe != NULL && conn->bEnlisted &&
+		(mode == FENCE_POLL_GUARD || c->nBeginSeen == conn->nBegin) &&
+		c->nPlannedSeen == c->nPlanned &&
+		(sqlite3_db_name(conn->db, 2) == NULL || c->nBeginAttached == conn->nBegin) &&
+		sqlite3_api->expired != NULL && !sqlite3_expired(c->pProbe);
+}
+
+/*
+ * The change detector's generation now: what a caller learnt in an
+ * earlier one no longer holds. *pRc: SQLITE_OK, or the probe could not run
+ * (the caller refuses).
+ */
+static inline unsigned
+fenceChangesPoll(FenceConn *conn, int mode, int *pRc)
+{
+	if (fenceChangesNone(conn, mode))
+	{
+		*pRc = SQLITE_OK;
+		return conn->changes.gen;
+	}
+	return fenceChangesRun(conn, mode, pRc);
+}
 void		fenceChangesBump(FenceConn *conn);
 void		fenceChangesFinalize(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;

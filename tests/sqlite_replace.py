@@ -212,6 +212,7 @@ def main():
     # fence_tokens, which reads the schema anyway)
     path = os.path.join(work, "intxn.db")
     a = connect(path, recursive=False)
+    a.execute("PRAGMA recursive_triggers = OFF")  # some builds default to ON
     a.executescript("""
         CREATE TABLE j(id INTEGER PRIMARY KEY, v TEXT, tok INTEGER);
         SELECT fence_protect('j', 'tok', 'j:', 'id');
