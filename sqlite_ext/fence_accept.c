@@ -71,12 +71,7 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->tokens.pSelect);
 	sqlite3_finalize(conn->tokens.pAdvance);
 	sqlite3_finalize(conn->tokens.pDelete);
-	fenceEnlistForget(conn, &conn->pEnlist);
-	fenceEnlistForget(conn, &conn->pEnlistMain);
-	fenceChangesFinalize(conn);
-	sqlite3_finalize(conn->pJournalMode);
 	conn->tokens.pSelect = conn->tokens.pAdvance = conn->tokens.pDelete = NULL;
-	conn->pJournalMode = NULL;
 }
 
 /*
@@ -389,8 +384,8 @@ outerWriter(FenceConn *conn)
 	for (p = sqlite3_next_stmt(conn->db, NULL); p; p = sqlite3_next_stmt(conn->db, p))
 	{
 		if (p == conn->tokens.pSelect || p == conn->tokens.pAdvance ||
-			p == conn->tokens.pDelete || p == conn->pEnlist ||
-			p == conn->pEnlistMain)
+			p == conn->tokens.pDelete || p == conn->enlist.pEnlist ||
+			p == conn->enlist.pEnlistMain)
 			continue;
 		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
 			return p;
@@ -420,7 +415,7 @@ undoFor(FenceConn *conn, sqlite3_stmt *outer)
 	fenceUndoForget(conn);
 	conn->undo.pStmt = outer;
 	conn->undo.run = run;
-	conn->undo.mark = conn->held.n_entries;
+	conn->undo.mark = conn->txn.held.n_entries;
 	conn->undo.changes = sqlite3_total_changes64(conn->db);
 }
 
@@ -566,14 +561,14 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	 * what it holds) change; a newer commit by another connection keeps its
 	 * writes from committing (see the head of this file).
 	 */
-	if (conn->bEnlisted && !conn->bBroken &&
-		fence_held_get(&conn->held, z, (size_t) n) == token)
+	if (conn->txn.bEnlisted && !conn->txn.bBroken &&
+		fence_held_get(&conn->txn.held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
-	rc = fenceHeldEnlist(conn, !conn->bEnlisted && otherSchemaAttached(conn->db));
-	if (rc == SQLITE_OK && conn->bBroken)
+	rc = fenceHeldEnlist(conn, !conn->txn.bEnlisted && otherSchemaAttached(conn->db));
+	if (rc == SQLITE_OK && conn->txn.bBroken)
 		rc = FENCE_RC_BROKEN;
-	if (rc == SQLITE_OK && conn->bEnlisted && conn->cache.txn == FENCE_CACHE_TXN_UNKNOWN)
+	if (rc == SQLITE_OK && conn->txn.bEnlisted && conn->cache.txn == FENCE_CACHE_TXN_UNKNOWN)
 	{
 		/* the first accept of the transaction: may it take the cache's word? */
 		int			rcPoll = SQLITE_OK;
@@ -612,7 +607,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	 * undoes its writes of fence_tokens and tells fence_held to truncate.
 	 * Finding the outer statement walks every statement of the connection.
 	 */
-	outer = conn->bEnlisted && !conn->bInGuard ? outerWriter(conn) : NULL;
+	outer = conn->txn.bEnlisted && !conn->bInGuard ? outerWriter(conn) : NULL;
 	if (outer)
 		undoFor(conn, outer);
 
@@ -670,7 +665,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		}
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token &&
+	if (conn->txn.bEnlisted && fence_held_get(&conn->txn.held, z, (size_t) n) < token &&
 		fenceHeldSet(conn, z, n, token) != 0)
 		return fenceHeldBreak(conn);
 	return rc;
@@ -698,7 +693,7 @@ fenceForgetResource(FenceConn *conn, const char *z, int n)
 	fenceCacheWrote(conn);
 	rc = runTokenStmt(conn, &conn->tokens.pDelete, deleteTokenSql, z, n, 0);
 	fenceGuardMemoForget(conn);
-	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
+	if (rc == SQLITE_OK && conn->txn.bEnlisted && fence_held_get(&conn->txn.held, z, (size_t) n) >= 0 &&
 		fenceHeldSet(conn, z, n, -1) != 0)
 		rc = fenceHeldBreak(conn);
 	return rc;

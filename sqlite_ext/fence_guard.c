@@ -80,19 +80,26 @@ forgetAdmitted(FenceConn *conn)
 {
 	int			i;
 
-	for (i = 0; i < conn->nGuard; i++)
-		sqlite3_free(conn->aGuard[i].zResource);
-	conn->nGuard = 0;
+	for (i = 0; i < conn->guard.nGuard; i++)
+		sqlite3_free(conn->guard.aGuard[i].zResource);
+	conn->guard.nGuard = 0;
 	fenceGuardMemoForget(conn);
+}
+
+void
+fenceGuardFinalize(FenceConn *conn)
+{
+	sqlite3_finalize(conn->guard.pJournalMode);
+	conn->guard.pJournalMode = NULL;
 }
 
 void
 fenceGuardFree(FenceConn *conn)
 {
 	forgetAdmitted(conn);
-	sqlite3_free(conn->aGuard);
-	conn->aGuard = NULL;
-	conn->nGuardAlloc = 0;
+	sqlite3_free(conn->guard.aGuard);
+	conn->guard.aGuard = NULL;
+	conn->guard.nGuardAlloc = 0;
 }
 
 /*
@@ -204,10 +211,10 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		}
 	}
 
-	if (conn->nGuard == conn->nGuardAlloc)
+	if (conn->guard.nGuard == conn->guard.nGuardAlloc)
 	{
-		int			nAlloc = conn->nGuardAlloc ? conn->nGuardAlloc * 2 : 8;
-		FenceGuardSeen *a = sqlite3_realloc64(conn->aGuard,
+		int			nAlloc = conn->guard.nGuardAlloc ? conn->guard.nGuardAlloc * 2 : 8;
+		FenceGuardSeen *a = sqlite3_realloc64(conn->guard.aGuard,
 											  sizeof(*a) * (sqlite3_uint64) nAlloc);
 
 		if (a == NULL)
@@ -215,17 +222,17 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			sqlite3_result_error_nomem(ctx);
 			goto fail;
 		}
-		conn->aGuard = a;
-		conn->nGuardAlloc = nAlloc;
+		conn->guard.aGuard = a;
+		conn->guard.nGuardAlloc = nAlloc;
 	}
-	g = &conn->aGuard[conn->nGuard];
+	g = &conn->guard.aGuard[conn->guard.nGuard];
 	g->zResource = zOwn;
 	g->id = id;
 	g->nResource = nRes;
 	g->bKeyed = bKeyed;
 	g->bNeedsRecursive = bNeedsRecursive;
-	conn->nGuard++;
-	conn->bAdmittedInTxn = 1;
+	conn->guard.nGuard++;
+	conn->guard.bAdmittedInTxn = 1;
 	return g;
 
 fail:
@@ -261,22 +268,22 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	int			rc;
 
 	/* once seen open in this transaction, the mode cannot change until it ends */
-	if (conn->bJournalChecked)
+	if (conn->guard.bJournalChecked)
 		return 1;
 	/* NULL: main, without a look-up by name */
 	if (sqlite3_file_control(conn->db, NULL, SQLITE_FCNTL_JOURNAL_POINTER,
 							 &pJournal) == SQLITE_OK &&
 		pJournal != NULL && pJournal->pMethods != NULL && pJournal->pMethods->xLock != NULL)
 	{
-		conn->bJournalChecked = conn->bEnlisted;	/* reset when it ends (fence_held.c) */
+		conn->guard.bJournalChecked = conn->txn.bEnlisted;	/* reset when it ends */
 		return 1;
 	}
-	if (conn->pJournalMode == NULL)
+	if (conn->guard.pJournalMode == NULL)
 	{
 		rc = fenceHeldConnect(conn);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_prepare_v3(conn->db, journalModeSql, -1, SQLITE_PREPARE_PERSISTENT,
-									&conn->pJournalMode, NULL);
+									&conn->guard.pJournalMode, NULL);
 		if (rc != SQLITE_OK)
 		{
 			refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",
@@ -284,12 +291,12 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 			return 0;
 		}
 	}
-	rc = sqlite3_step(conn->pJournalMode);
-	zMode = rc == SQLITE_ROW ? sqlite3_column_text(conn->pJournalMode, 0) : NULL;
+	rc = sqlite3_step(conn->guard.pJournalMode);
+	zMode = rc == SQLITE_ROW ? sqlite3_column_text(conn->guard.pJournalMode, 0) : NULL;
 	if (rc == SQLITE_ROW && zMode != NULL && sqlite3_stricmp((const char *) zMode, "off") != 0 &&
 		(sqlite3_stricmp((const char *) zMode, "memory") != 0 || mainInMemory(conn->db)))
 	{
-		sqlite3_reset(conn->pJournalMode);
+		sqlite3_reset(conn->guard.pJournalMode);
 		return 1;
 	}
 	if (rc == SQLITE_ROW && zMode != NULL)
@@ -305,7 +312,7 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 		refuse(ctx, rc == SQLITE_ROW ? SQLITE_NOMEM : rc,
 			   sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",
 							   sqlite3_errmsg(conn->db)));
-	sqlite3_reset(conn->pJournalMode);
+	sqlite3_reset(conn->guard.pJournalMode);
 	return 0;
 }
 
@@ -315,9 +322,9 @@ findAdmitted(const FenceConn *conn, sqlite3_int64 id, const char *zRes, int nRes
 {
 	int			i;
 
-	for (i = 0; i < conn->nGuard; i++)
+	for (i = 0; i < conn->guard.nGuard; i++)
 	{
-		const FenceGuardSeen *g = &conn->aGuard[i];
+		const FenceGuardSeen *g = &conn->guard.aGuard[i];
 
 		if (g->id == id && g->bKeyed == bKeyed &&
 			(zRes == NULL || (g->nResource == nRes &&
@@ -342,16 +349,16 @@ recursiveTriggersOn(FenceConn *conn, int *pbOn)
 	int			rc;
 	unsigned	gen = fenceChangesPoll(conn, FENCE_POLL_GUARD, &rc);
 
-	if (rc == SQLITE_OK && gen != conn->recursiveGen)
+	if (rc == SQLITE_OK && gen != conn->guard.recursiveGen)
 	{
 		rc = sqlite3_prepare_v2(conn->db, "PRAGMA recursive_triggers", -1, &p, NULL);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_step(p) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(conn->db);
-		conn->bRecursive = rc == SQLITE_OK && sqlite3_column_int(p, 0) != 0;
-		conn->recursiveGen = rc == SQLITE_OK ? gen : 0;
+		conn->guard.bRecursive = rc == SQLITE_OK && sqlite3_column_int(p, 0) != 0;
+		conn->guard.recursiveGen = rc == SQLITE_OK ? gen : 0;
 		sqlite3_finalize(p);
 	}
-	*pbOn = conn->bRecursive;
+	*pbOn = conn->guard.bRecursive;
 	return rc;
 }
 
@@ -428,10 +435,10 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 										sqlite3_errmsg(conn->db)));
 		return 0;
 	}
-	if (gen != conn->admittedGen)
+	if (gen != conn->guard.admittedGen)
 	{
 		forgetAdmitted(conn);
-		conn->admittedGen = gen;
+		conn->guard.admittedGen = gen;
 	}
 	g = findAdmitted(conn, id, zRes, nRes, bKeyed);
 	if (g == NULL)
@@ -444,7 +451,8 @@ void
 fenceGuardTxnEnded(FenceConn *conn)
 {
 	fenceGuardMemoForget(conn);
-	conn->bAdmittedInTxn = 0;
+	conn->guard.bAdmittedInTxn = 0;
+	conn->guard.bJournalChecked = 0;
 }
 
 /*
@@ -456,6 +464,6 @@ fenceGuardTxnEnded(FenceConn *conn)
 void
 fenceGuardRolledBack(FenceConn *conn)
 {
-	if (conn->bAdmittedInTxn)
+	if (conn->guard.bAdmittedInTxn)
 		fenceChangesBump(conn);
 }

@@ -2,12 +2,13 @@
  * fence_sqlite.h
  *
  * What the SQLite extension's files share: the per-connection state
- * (FenceConn), made of each module's own state, declared with that
- * module's functions: the token table and the undo log (fence_accept.c),
- * the highest-token cache (fence_cache.c), the leases (fence_lease.c); the
- * transaction's held fences (fence_held.c), the guard admission
- * (fence_guard.c) and the guard's memo (fence.c) are still fields of
- * FenceConn itself, each marked with the file that owns it.
+ * (FenceConn), made of each module's own state, one owner file each: the
+ * token table and the undo log (fence_accept.c), the highest-token cache
+ * (fence_cache.c), the leases (fence_lease.c), the transaction's held
+ * fences, enlisting and the change detector (fence_held.c), the guard
+ * admission (fence_guard.c), the guard's memo and the guard call under way
+ * (fence.c). Other files read them and change them through the owner's
+ * functions (fenceGuardMemoForget, fenceHeldSet: inline below).
  */
 #ifndef FENCE_SQLITE_H
 #define FENCE_SQLITE_H
@@ -199,6 +200,58 @@ typedef struct FenceChanges
 	sqlite3_uint64 nPlannedSeen;	/* nPlanned when a watched statement last ran */
 } FenceChanges;
 
+/*
+ * The guard's memo (fence.c, "The guard's memo"): FenceConn's first cache
+ * line. guardEpoch moves on any change (fenceGuardMemoForget).
+ */
+typedef struct FenceMemo
+{
+	unsigned	guardEpoch;
+	sqlite3_uint64 nMemoAccepts;	/* accepts the memo answered, not yet in fence_stats */
+	FenceGuardMemo memoWrite;
+	FenceGuardMemo memoFenced;
+} FenceMemo;
+
+/*
+ * What the open transaction holds (fence_held.c, its one writer): the
+ * second cache line, read by SQLite's statement savepoint (heldSavepoint).
+ */
+typedef struct FenceTxn
+{
+	sqlite3_vtab *pJoined;		/* fence_txn joined the transaction through this table */
+	int			nMark;
+	int			nMarkAlloc;
+	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
+	int			aMarkFirst[FENCE_MARKS_FIRST];	/* aMark's first array, never freed */
+	FenceHeld	held;			/* what the open transaction holds */
+	int			bEnlisted;		/* fence_held is part of the open transaction */
+	int			bBroken;		/* out of memory: what is held is unknown */
+} FenceTxn;
+
+/* How fence joins transactions (fence_held.c). */
+typedef struct FenceEnlist
+{
+	int			nRef;			/* the module and each connected table */
+	int			bVtabConnected; /* the eponymous fence_held is connected */
+	unsigned	nBegin;			/* transactions fence_txn has joined */
+	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
+	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
+} FenceEnlist;
+
+/* Guard admission (fence_guard.c). */
+typedef struct FenceAdmission
+{
+	FenceGuardSeen *aGuard;		/* ids admitted in generation admittedGen */
+	int			nGuard;
+	int			nGuardAlloc;
+	unsigned	admittedGen;	/* FenceChanges.gen aGuard holds for */
+	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
+	unsigned	recursiveGen;	/* FenceChanges.gen bRecursive was read in */
+	int			bRecursive;		/* PRAGMA recursive_triggers then */
+	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
+	sqlite3_stmt *pJournalMode;
+} FenceAdmission;
+
 typedef struct FenceConn
 {
 	/*
@@ -209,46 +262,20 @@ typedef struct FenceConn
 	 * over more lines they were fetched again at every statement, the
 	 * statement's page copies having evicted them (BENCHMARKS.md).
 	 */
-	/* what a guard call passed last (fence.c); guardEpoch moves on any change */
-	unsigned	guardEpoch;
-	sqlite3_uint64 nMemoAccepts;	/* accepts the memo answered, not yet in fence_stats */
-	FenceGuardMemo memoWrite;
-	FenceGuardMemo memoFenced;
-	/* the second line */
-	sqlite3_vtab *pJoined;		/* fence_txn joined the transaction through this table */
-	int			nMark;
-	int			nMarkAlloc;
-	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
-	int			aMarkFirst[FENCE_MARKS_FIRST];	/* aMark's first array, never freed */
-	FenceHeld	held;			/* what the open transaction holds */
-	int			bEnlisted;		/* fence_held is part of the open transaction */
-	int			bBroken;		/* out of memory: what is held is unknown */
+	FenceMemo	memo;			/* fence.c */
+	FenceTxn	txn;			/* fence_held.c */
 
 	/* fence_init.c */
 	sqlite3    *db;
 	void	   *pAlloc;			/* what fenceConnAlloc allocated, for sqlite3_free */
-	/* fence_held.c */
-	int			nRef;			/* the module and each connected table */
-	int			bVtabConnected; /* the eponymous fence_held is connected */
-	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
-	unsigned	nBegin;			/* transactions fence_txn has joined */
+	FenceEnlist enlist;			/* fence_held.c */
 	FenceUndoLog undo;			/* fence_accept.c */
 	FenceTokenTable tokens;		/* fence_accept.c */
-	int			bInGuard;		/* the accept under way is a guard's (no undo log; fence.c) */
-	/* fence_held.c: the enlisting statements */
-	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
-	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
+	/* fence.c: the guard call under way */
+	int			bInGuard;		/* its accept is a guard's (no undo log) */
+	int			bSchemaFresh;	/* it runs the detector's probe, shortcuts none */
 	FenceChanges changes;		/* the change detector (fence_held.c) */
-	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
-	/* guard admission (fence_guard.c) */
-	FenceGuardSeen *aGuard;		/* ids admitted in generation admittedGen */
-	int			nGuard;
-	int			nGuardAlloc;
-	unsigned	admittedGen;	/* FenceChanges.gen aGuard holds for */
-	int			bSchemaFresh;	/* the guard call under way steps the detector, shortcuts none */
-	unsigned	recursiveGen;	/* FenceChanges.gen bRecursive was read in */
-	int			bRecursive;		/* PRAGMA recursive_triggers then */
-	sqlite3_stmt *pJournalMode;
+	FenceAdmission guard;		/* fence_guard.c */
 	FenceLeases lease;			/* fence_lease.c */
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
@@ -314,8 +341,8 @@ int			fenceValueInt64(sqlite3_value *v, sqlite3_int64 *p);
 static inline void
 fenceGuardMemoForget(FenceConn *conn)
 {
-	if (++conn->guardEpoch == 0)
-		conn->guardEpoch = 1;
+	if (++conn->memo.guardEpoch == 0)
+		conn->memo.guardEpoch = 1;
 }
 
 /*
@@ -334,7 +361,7 @@ static inline int
 fenceHeldSet(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 {
 	fenceGuardMemoForget(conn);
-	return fence_held_set(&conn->held, z, (size_t) n, token, 0);
+	return fence_held_set(&conn->txn.held, z, (size_t) n, token, 0);
 }
 
 /* fence_held.c */
@@ -343,7 +370,6 @@ void		fenceConnRelease(FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn, int bLockMain);
-void		fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp);
 int			fenceHeldCreateEnlist(FenceConn *conn);
 /* fenceChangesPoll's callers */
 #define FENCE_POLL_ANY 0		/* any caller */
@@ -361,10 +387,10 @@ fenceChangesNone(const FenceConn *conn, int mode)
 {
 	const FenceChanges *c = &conn->changes;
 
-	return mode != FENCE_POLL_STEP && c->pProbe != NULL && conn->bEnlisted &&
-		(mode == FENCE_POLL_GUARD || c->nBeginSeen == conn->nBegin) &&
+	return mode != FENCE_POLL_STEP && c->pProbe != NULL && conn->txn.bEnlisted &&
+		(mode == FENCE_POLL_GUARD || c->nBeginSeen == conn->enlist.nBegin) &&
 		c->nPlannedSeen == c->nPlanned &&
-		(sqlite3_db_name(conn->db, 2) == NULL || c->nBeginAttached == conn->nBegin) &&
+		(sqlite3_db_name(conn->db, 2) == NULL || c->nBeginAttached == conn->enlist.nBegin) &&
 		sqlite3_api->expired != NULL && !sqlite3_expired(c->pProbe);
 }
 
@@ -384,7 +410,6 @@ fenceChangesPoll(FenceConn *conn, int mode, int *pRc)
 	return fenceChangesRun(conn, mode, pRc);
 }
 void		fenceChangesBump(FenceConn *conn);
-void		fenceChangesFinalize(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
 /* fence_loaded()'s pointer type: only C code can make such a value (fence.c) */
@@ -477,6 +502,7 @@ int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idAr
 void		fenceGuardTxnEnded(FenceConn *conn);
 void		fenceGuardRolledBack(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
+void		fenceGuardFinalize(FenceConn *conn);
 
 
 /* fence_protect.c */
