@@ -575,7 +575,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 
 		/* a guard's call: its admission has just asked */
 		unsigned	gen = conn->bInGuard ? conn->changes.gen :
-			fenceChangesPoll(conn, FENCE_POLL_ANY, &rcPoll);
+			FENCE_CHANGES_GEN(conn, FENCE_POLL_ANY, &rcPoll);
 
 		fenceCacheTxnBegin(conn, rcPoll == SQLITE_OK &&
 						   conn->tokens.sharedCache == FENCE_SHARED_NO, gen);

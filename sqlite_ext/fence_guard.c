@@ -32,7 +32,7 @@
  * functions) and the hooks fenceGuardTxnEnded, fenceGuardRolledBack and
  * fenceGuardFree. Calls fence_schema_read.c (the reads of the schema) and
  * fence_held.c (fenceHeldConnect, which finalizes cached statements at
- * close; fenceChangesPoll and fenceChangesBump, the change detector);
+ * close; FENCE_CHANGES_GEN and fenceChangesBump, the change detector);
  * fenceGuardMemoForget is inline in fence_sqlite.h.
  *
  * Cost: the admission is checked once per guard id per generation of the
@@ -347,7 +347,7 @@ recursiveTriggersOn(FenceConn *conn, int *pbOn)
 {
 	sqlite3_stmt *p = NULL;
 	int			rc;
-	unsigned	gen = fenceChangesPoll(conn, FENCE_POLL_GUARD, &rc);
+	unsigned	gen = FENCE_CHANGES_GEN(conn, FENCE_POLL_GUARD, &rc);
 
 	if (rc == SQLITE_OK && gen != conn->guard.recursiveGen)
 	{
@@ -427,7 +427,7 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (!journalWorks(ctx, conn))
 		return 0;
 	id = sqlite3_value_int64(idArg);
-	gen = fenceChangesPoll(conn, conn->bSchemaFresh ? FENCE_POLL_STEP :
+	gen = FENCE_CHANGES_GEN(conn, conn->bSchemaFresh ? FENCE_POLL_STEP :
 						   FENCE_POLL_GUARD, &rc);
 	if (rc != SQLITE_OK)
 	{

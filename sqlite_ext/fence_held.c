@@ -44,7 +44,7 @@
  * fenceHeldEnlist, fenceHeldCreateEnlist, fenceHeldSet (inline,
  * fence_sqlite.h), fenceHeldBreak, fenceHeldTruncate, fenceConnRetain,
  * fenceConnRelease, fenceSqliteAllocator, and the change detector
- * (fenceChangesPoll, inline in fence_sqlite.h, fenceChangesRun,
+ * (FENCE_CHANGES_GEN, a macro in fence_sqlite.h, fenceChangesRun,
  * fenceChangesBump; "What changed" below). It owns FenceConn.txn (what the
  * transaction holds), FenceConn.enlist and FenceConn.changes, and is their
  * one writer. Calls no other file of sqlite_ext: what the files above must
@@ -256,7 +256,7 @@ heldBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 	/*
 	 * Planned: a statement that reads one of fence's tables is being
 	 * prepared, such as one that fires a guard trigger, whose body reads
-	 * fence_join (fence_protect.c). Counted for the detector (fenceChangesPoll).
+	 * fence_join (fence_protect.c). Counted for the detector (FENCE_CHANGES_GEN).
 	 */
 	((HeldVtab *) pVtab)->conn->changes.nPlanned++;
 	info->estimatedCost = 10.0;
@@ -912,7 +912,7 @@ sawRun(FenceConn *conn)
 }
 
 /*
- * fenceChangesPoll (fence_sqlite.h) when its shortcut does not answer:
+ * FENCE_CHANGES_GEN (fence_sqlite.h) when its shortcut does not answer:
  * runs the probe. *pRc: SQLITE_OK, or the probe could not run (then the
  * generation has moved too, and the caller refuses).
  */

@@ -187,7 +187,7 @@ typedef struct FenceHooks
  * schema (DDL by this connection or another), ATTACH/DETACH, a flag
  * pragma such as recursive_triggers. Each consumer (guard admission, the
  * recursive_triggers check, the cache) remembers the gen its knowledge is
- * of, and asks fenceChangesPoll.
+ * of, and asks FENCE_CHANGES_GEN.
  */
 typedef struct FenceChanges
 {
@@ -371,7 +371,7 @@ void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn, int bLockMain);
 int			fenceHeldCreateEnlist(FenceConn *conn);
-/* fenceChangesPoll's callers */
+/* FENCE_CHANGES_GEN's callers */
 #define FENCE_POLL_ANY 0		/* any caller */
 #define FENCE_POLL_GUARD 1		/* a guard call (fence_held.c, "What changed") */
 #define FENCE_POLL_STEP 2		/* run the probe whatever else says */
@@ -395,20 +395,14 @@ fenceChangesNone(const FenceConn *conn, int mode)
 }
 
 /*
- * The change detector's generation now: what a caller learnt in an
- * earlier one no longer holds. *pRc: SQLITE_OK, or the probe could not run
- * (the caller refuses).
+ * The change detector's generation now (what a caller learnt in an earlier
+ * one no longer holds): fenceChangesNone's shortcut, else fenceChangesRun,
+ * whose *pRc is SQLITE_OK or says the probe could not run (the caller
+ * refuses).
  */
-static inline unsigned
-fenceChangesPoll(FenceConn *conn, int mode, int *pRc)
-{
-	if (fenceChangesNone(conn, mode))
-	{
-		*pRc = SQLITE_OK;
-		return conn->changes.gen;
-	}
-	return fenceChangesRun(conn, mode, pRc);
-}
+#define FENCE_CHANGES_GEN(conn, mode, pRc) \
+	(fenceChangesNone((conn), (mode)) ? (*(pRc) = SQLITE_OK, (conn)->changes.gen) : \
+	 fenceChangesRun((conn), (mode), (pRc)))
 void		fenceChangesBump(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
