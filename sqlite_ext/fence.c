@@ -261,8 +261,8 @@ argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
  * Present a validated token and give the function's result: the token, or
  * with bTry 1/0; a stale token raises unless bTry. Returns 1 when accepted,
  * 0 when not (the result says why), and -1, with no result and nothing
- * changed, when a guard's call admitted by the count would write
- * fence_tokens (fenceAccept).
+ * changed, when a guard's call admitted on the change detector's shortcut
+ * would write fence_tokens (fenceAccept).
  */
 static int
 resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, int bTry)

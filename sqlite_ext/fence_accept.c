@@ -623,10 +623,10 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		/*
 		 * Only fence's own guards may write fence_tokens through a guard
 		 * function, and the call may be another caller's (a view, a
-		 * trigger) made after the schema was last read: admitted by the
-		 * count (fence_guard.c), or made in this transaction after its
-		 * first check. Its caller reads the schema now and admits it
-		 * again before the write.
+		 * trigger) made after the schema was last looked at: admitted on
+		 * the change detector's shortcut (FENCE_POLL_GUARD). Its caller
+		 * runs the detector's probe now and admits it again before the
+		 * write.
 		 */
 		if (conn->bInGuard && !conn->bSchemaFresh)
 			return FENCE_RC_READ_SCHEMA;
