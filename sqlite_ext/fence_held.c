@@ -869,8 +869,10 @@ fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
  *   - the caller asks (FENCE_POLL_STEP: a guard call about to write fence_tokens,
  *     which may come from a statement that is not a guard's).
  *
- * Another database attached: its schema is not watched, and gen moves in
- * every transaction instead.
+ * An attached database's schema is not watched: ATTACH itself expires the
+ * probe, so admission checks each attached file once (fence_guard.c); a
+ * later change inside that file is outside what fence defends (SPEC.md,
+ * "Threat model").
  * ------------------------------------------------------------------ */
 
 static const char probeSql[] = "SELECT 1 FROM main.sqlite_schema WHERE 0";
@@ -917,20 +919,12 @@ sawRun(FenceConn *conn)
  * generation has moved too, and the caller refuses).
  */
 FENCE_NOINLINE unsigned
-fenceChangesRun(FenceConn *conn, int mode, int *pRc)
+fenceChangesRun(FenceConn *conn, int *pRc)
 {
 	FenceChanges *c = &conn->changes;
 	int			rc = SQLITE_OK;
 
 	*pRc = SQLITE_OK;
-	if (sqlite3_db_name(conn->db, 2) != NULL &&
-		(!conn->txn.bEnlisted || c->nBeginAttached != conn->enlist.nBegin))
-	{
-		c->nBeginAttached = conn->enlist.nBegin;
-		changed(conn);
-	}
-	if (fenceChangesNone(conn, mode))
-		return c->gen;
 	if (c->pProbe == NULL)
 	{
 		rc = fenceHeldConnect(conn);

@@ -195,7 +195,6 @@ typedef struct FenceChanges
 	sqlite3_stmt *pProbe;		/* names main's schema, never returns a row */
 	int			nSum;			/* reprepare counts of pProbe, pEnlist, pEnlistMain then */
 	unsigned	nBeginSeen;		/* the transaction a watched statement last ran in */
-	unsigned	nBeginAttached; /* the last transaction with another database attached */
 	sqlite3_uint64 nPlanned;	/* statements planned that read fence's tables */
 	sqlite3_uint64 nPlannedSeen;	/* nPlanned when a watched statement last ran */
 } FenceChanges;
@@ -375,7 +374,7 @@ int			fenceHeldCreateEnlist(FenceConn *conn);
 #define FENCE_POLL_ANY 0		/* any caller */
 #define FENCE_POLL_GUARD 1		/* a guard call (fence_held.c, "What changed") */
 #define FENCE_POLL_STEP 2		/* run the probe whatever else says */
-unsigned	fenceChangesRun(FenceConn *conn, int mode, int *pRc);
+unsigned	fenceChangesRun(FenceConn *conn, int *pRc);
 
 /*
  * Nothing can have changed since a watched statement last ran (fence_held.c,
@@ -390,7 +389,6 @@ fenceChangesNone(const FenceConn *conn, int mode)
 	return mode != FENCE_POLL_STEP && c->pProbe != NULL && conn->txn.bEnlisted &&
 		(mode == FENCE_POLL_GUARD || c->nBeginSeen == conn->enlist.nBegin) &&
 		c->nPlannedSeen == c->nPlanned &&
-		(sqlite3_db_name(conn->db, 2) == NULL || c->nBeginAttached == conn->enlist.nBegin) &&
 		sqlite3_api->expired != NULL && !sqlite3_expired(c->pProbe);
 }
 
@@ -402,7 +400,7 @@ fenceChangesNone(const FenceConn *conn, int mode)
  */
 #define FENCE_CHANGES_GEN(conn, mode, pRc) \
 	(fenceChangesNone((conn), (mode)) ? (*(pRc) = SQLITE_OK, (conn)->changes.gen) : \
-	 fenceChangesRun((conn), (mode), (pRc)))
+	 fenceChangesRun((conn), (pRc)))
 void		fenceChangesBump(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
