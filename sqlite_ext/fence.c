@@ -261,8 +261,8 @@ argToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken)
  * Present a validated token and give the function's result: the token, or
  * with bTry 1/0; a stale token raises unless bTry. Returns 1 when accepted,
  * 0 when not (the result says why), and -1, with no result and nothing
- * changed, when a guard's call admitted by the count would write
- * fence_tokens (fenceAccept).
+ * changed, when a guard's call admitted on the change detector's shortcut
+ * would write fence_tokens (fenceAccept).
  */
 static int
 resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, int bTry)
@@ -416,7 +416,7 @@ guardResource(sqlite3_context *ctx, FenceConn *conn, sqlite3_value **argv, int b
  * same guard with the same arguments for each row, and after the first the
  * answer is known: the guard was admitted, the journal checked, the
  * resource held at that token. So each kind of guard call remembers the
- * last call that passed (guard id, resource, token) with conn->guardEpoch
+ * last call that passed (guard id, resource, token) with conn->memo.guardEpoch
  * as it was; a call with the same arguments passes at once while the epoch
  * has not moved. Everything that could change the answer moves it: a
  * transaction's start or end, a savepoint rolled back, a change of what
@@ -430,7 +430,7 @@ guardResource(sqlite3_context *ctx, FenceConn *conn, sqlite3_value **argv, int b
 static inline int
 memoHit(const FenceConn *conn, const FenceGuardMemo *m, sqlite3_value *idArg)
 {
-	return m->epoch == conn->guardEpoch &&
+	return m->epoch == conn->memo.guardEpoch &&
 		sqlite3_value_type(idArg) == SQLITE_INTEGER &&
 		sqlite3_value_int64(idArg) == m->id;
 }
@@ -445,12 +445,12 @@ memoSet(FenceConn *conn, FenceGuardMemo *m, sqlite3_value *idArg, const char *z,
 	/* the accept made the entry; without one (no memory) nothing is remembered */
 	if (slot < 0 || sqlite3_value_type(idArg) != SQLITE_INTEGER)
 		return 0;
-	if (m == &conn->memoWrite)
+	if (m == &conn->memo.memoWrite)
 		fenceStatsSettleMemo(conn);	/* its statsSlot changes */
 	m->id = sqlite3_value_int64(idArg);
 	m->token = token;
 	m->statsSlot = slot;
-	m->epoch = conn->guardEpoch;
+	m->epoch = conn->memo.guardEpoch;
 	return 1;
 }
 
@@ -500,11 +500,11 @@ guardWriteChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value
 			conn->bSchemaFresh = 0;
 		}
 		conn->bInGuard = bWasInGuard;
-		if (bAccepted && argc == 2 && conn->bEnlisted && !conn->bBroken)
+		if (bAccepted && argc == 2 && conn->txn.bEnlisted && !conn->txn.bBroken)
 		{
 			/* and the transaction now holds the guard's resource: an UPDATE's next call */
-			if (memoSet(conn, &conn->memoWrite, argv[0], z, n, token))
-				conn->memoFenced = conn->memoWrite;
+			if (memoSet(conn, &conn->memo.memoWrite, argv[0], z, n, token))
+				conn->memo.memoFenced = conn->memo.memoWrite;
 		}
 	}
 }
@@ -516,14 +516,14 @@ guardFencedChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_valu
 	const char *z = NULL;
 	int			n = 0;
 
-	if (!conn->bEnlisted && argc == 3)
+	if (!conn->txn.bEnlisted && argc == 3)
 	{
 		/* holds nothing: refused whoever calls; only the message needs the name */
 		if (argKeyResource(ctx, argv[1], argv[2], buf, &z, &n))
 			resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);
 		return;
 	}
-	if (conn->bBroken)
+	if (conn->txn.bBroken)
 	{
 		resultDbError(ctx, conn, FENCE_RC_BROKEN);
 		return;
@@ -531,11 +531,11 @@ guardFencedChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_valu
 	/* a one-resource guard's name is known once admitted */
 	if (!guardResource(ctx, conn, argv, argc == 3, buf, &z, &n))
 		return;
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0)
+	if (conn->txn.bEnlisted && fence_held_get(&conn->txn.held, z, (size_t) n) >= 0)
 	{
 		sqlite3_result_int(ctx, 1);
 		if (argc == 1)
-			(void) memoSet(conn, &conn->memoFenced, argv[0], z, n, 0);
+			(void) memoSet(conn, &conn->memo.memoFenced, argv[0], z, n, 0);
 	}
 	else
 		resultMissing(ctx, FENCE_MISSING_NOT_FENCED, z, n);
@@ -553,13 +553,13 @@ static void
 fenceGuardWriteFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
-	const FenceGuardMemo *m = &conn->memoWrite;
+	const FenceGuardMemo *m = &conn->memo.memoWrite;
 
 	if (argc == 2 && memoHit(conn, m, argv[0]) &&
 		sqlite3_value_type(argv[1]) == SQLITE_INTEGER &&
 		sqlite3_value_int64(argv[1]) == m->token)
 	{
-		conn->nMemoAccepts++;	/* fence_stats: fenceStatsSettleMemo */
+		conn->memo.nMemoAccepts++;	/* fence_stats: fenceStatsSettleMemo */
 		sqlite3_result_int64(ctx, m->token);
 	}
 	else
@@ -577,7 +577,7 @@ fenceGuardFencedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 {
 	FenceConn  *conn = sqlite3_user_data(ctx);
 
-	if (argc == 1 && memoHit(conn, &conn->memoFenced, argv[0]))
+	if (argc == 1 && memoHit(conn, &conn->memo.memoFenced, argv[0]))
 		sqlite3_result_int(ctx, 1);
 	else
 		guardFencedChecked(ctx, conn, argc, argv);

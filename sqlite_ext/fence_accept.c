@@ -10,7 +10,7 @@
  * Provides: fenceAccept, fenceReadHighest, fenceForgetResource,
  * fenceUndoOnError, fenceUndoForget, fenceTakeSavedError,
  * fenceFinalizeStatements. Calls fence_cache.c, fence_held.c and
- * fence_guard.c (fenceSchemaCheck), never fence.c.
+ * never fence.c or fence_guard.c.
  *
  * Concurrency: SQLite has one writer per database file. An accept first
  * enlists fence_held (fence_held.c) through a virtual table in TEMP, which
@@ -71,19 +71,7 @@ fenceFinalizeStatements(FenceConn *conn)
 	sqlite3_finalize(conn->tokens.pSelect);
 	sqlite3_finalize(conn->tokens.pAdvance);
 	sqlite3_finalize(conn->tokens.pDelete);
-	fenceEnlistForget(conn, &conn->pEnlist);
-	fenceEnlistForget(conn, &conn->pEnlistMain);
-	sqlite3_finalize(conn->pProbeMain);
-	sqlite3_finalize(conn->pSchemaProbe);
-	conn->pSchemaProbe = NULL;
-	conn->pProbeSeen = NULL;
-	sqlite3_finalize(conn->pProbeTemp);
-	sqlite3_finalize(conn->pJournalMode);
-	sqlite3_finalize(conn->pRecursiveSeen);
-	conn->pRecursiveSeen = NULL;
-	conn->tokens.pSelect = conn->tokens.pAdvance = conn->tokens.pDelete = conn->pEnlist = NULL;
-	conn->pEnlistMain = NULL;
-	conn->pProbeMain = conn->pProbeTemp = conn->pJournalMode = NULL;
+	conn->tokens.pSelect = conn->tokens.pAdvance = conn->tokens.pDelete = NULL;
 }
 
 /*
@@ -396,8 +384,8 @@ outerWriter(FenceConn *conn)
 	for (p = sqlite3_next_stmt(conn->db, NULL); p; p = sqlite3_next_stmt(conn->db, p))
 	{
 		if (p == conn->tokens.pSelect || p == conn->tokens.pAdvance ||
-			p == conn->tokens.pDelete || p == conn->pEnlist ||
-			p == conn->pEnlistMain)
+			p == conn->tokens.pDelete || p == conn->enlist.pEnlist ||
+			p == conn->enlist.pEnlistMain)
 			continue;
 		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
 			return p;
@@ -427,7 +415,7 @@ undoFor(FenceConn *conn, sqlite3_stmt *outer)
 	fenceUndoForget(conn);
 	conn->undo.pStmt = outer;
 	conn->undo.run = run;
-	conn->undo.mark = conn->held.n_entries;
+	conn->undo.mark = conn->txn.held.n_entries;
 	conn->undo.changes = sqlite3_total_changes64(conn->db);
 }
 
@@ -573,24 +561,24 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	 * what it holds) change; a newer commit by another connection keeps its
 	 * writes from committing (see the head of this file).
 	 */
-	if (conn->bEnlisted && !conn->bBroken &&
-		fence_held_get(&conn->held, z, (size_t) n) == token)
+	if (conn->txn.bEnlisted && !conn->txn.bBroken &&
+		fence_held_get(&conn->txn.held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
-	rc = fenceHeldEnlist(conn, !conn->bEnlisted && otherSchemaAttached(conn->db));
-	if (rc == SQLITE_OK && conn->bBroken)
+	rc = fenceHeldEnlist(conn, !conn->txn.bEnlisted && otherSchemaAttached(conn->db));
+	if (rc == SQLITE_OK && conn->txn.bBroken)
 		rc = FENCE_RC_BROKEN;
-	if (rc == SQLITE_OK && conn->bEnlisted && conn->cache.txn == FENCE_CACHE_TXN_UNKNOWN)
+	if (rc == SQLITE_OK && conn->txn.bEnlisted && conn->cache.txn == FENCE_CACHE_TXN_UNKNOWN)
 	{
-		/*
-		 * The first accept of the transaction: may it take the cache's
-		 * word? A guard's call admitted by the count (fence_guard.c) has
-		 * the schema's word already.
-		 */
-		int			bSchemaSame = (conn->bInGuard && conn->bByCount) ||
-			fenceSchemaCheck(conn) == SQLITE_OK;
+		/* the first accept of the transaction: may it take the cache's word? */
+		int			rcPoll = SQLITE_OK;
 
-		fenceCacheTxnBegin(conn, bSchemaSame && conn->tokens.sharedCache == FENCE_SHARED_NO);
+		/* a guard's call: its admission has just asked */
+		unsigned	gen = conn->bInGuard ? conn->changes.gen :
+			FENCE_CHANGES_GEN(conn, FENCE_POLL_ANY, &rcPoll);
+
+		fenceCacheTxnBegin(conn, rcPoll == SQLITE_OK &&
+						   conn->tokens.sharedCache == FENCE_SHARED_NO, gen);
 	}
 	if (rc == SQLITE_OK)
 	{
@@ -619,7 +607,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	 * undoes its writes of fence_tokens and tells fence_held to truncate.
 	 * Finding the outer statement walks every statement of the connection.
 	 */
-	outer = conn->bEnlisted && !conn->bInGuard ? outerWriter(conn) : NULL;
+	outer = conn->txn.bEnlisted && !conn->bInGuard ? outerWriter(conn) : NULL;
 	if (outer)
 		undoFor(conn, outer);
 
@@ -635,10 +623,10 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		/*
 		 * Only fence's own guards may write fence_tokens through a guard
 		 * function, and the call may be another caller's (a view, a
-		 * trigger) made after the schema was last read: admitted by the
-		 * count (fence_guard.c), or made in this transaction after its
-		 * first check. Its caller reads the schema now and admits it
-		 * again before the write.
+		 * trigger) made after the schema was last looked at: admitted on
+		 * the change detector's shortcut (FENCE_POLL_GUARD). Its caller
+		 * runs the detector's probe now and admits it again before the
+		 * write.
 		 */
 		if (conn->bInGuard && !conn->bSchemaFresh)
 			return FENCE_RC_READ_SCHEMA;
@@ -677,7 +665,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		}
 	}
 	/* not enlisted: an autocommit SELECT whose transaction has already ended */
-	if (conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) < token &&
+	if (conn->txn.bEnlisted && fence_held_get(&conn->txn.held, z, (size_t) n) < token &&
 		fenceHeldSet(conn, z, n, token) != 0)
 		return fenceHeldBreak(conn);
 	return rc;
@@ -705,7 +693,7 @@ fenceForgetResource(FenceConn *conn, const char *z, int n)
 	fenceCacheWrote(conn);
 	rc = runTokenStmt(conn, &conn->tokens.pDelete, deleteTokenSql, z, n, 0);
 	fenceGuardMemoForget(conn);
-	if (rc == SQLITE_OK && conn->bEnlisted && fence_held_get(&conn->held, z, (size_t) n) >= 0 &&
+	if (rc == SQLITE_OK && conn->txn.bEnlisted && fence_held_get(&conn->txn.held, z, (size_t) n) >= 0 &&
 		fenceHeldSet(conn, z, n, -1) != 0)
 		rc = fenceHeldBreak(conn);
 	return rc;

@@ -9,8 +9,8 @@
  * Provides: FenceCache and fenceCacheGet (fence_sqlite.h), fenceCacheSet,
  * fenceCacheForgetOne, fenceCacheTxnBegin, fenceCacheWrote,
  * fenceCacheForget, fenceCacheTxnEnd, fenceCacheRolledBackTo,
- * fenceCacheSchemaChanged, fenceCacheFree. Calls no other file of
- * sqlite_ext.
+ * fenceCacheFree. Calls no other file of sqlite_ext (fenceCacheTxnBegin's
+ * caller passes the change detector's generation).
  *
  * The memory is a table of hints (FenceHint, FENCE_HINTS of them, one per
  * hash slot): what this connection last read or wrote as each resource's
@@ -38,13 +38,12 @@
  *                     fence_tokens (fenceCacheRolledBackTo: fence_held.c
  *                     hears every savepoint). A transaction that rolls back
  *                     is not recorded.
- *   the schema        is the one the cache was filled under: a schema
- *                     change forgets everything (fenceCacheSchemaChanged:
- *                     SQLite prepared fence's enlisting statement again,
- *                     or fence_guard.c read new schema cookies; either
- *                     also follows ATTACH and sqlite3_deserialize, which
+ *   the schema        is the one the cache was filled under: the change
+ *                     detector's generation (FenceChanges.gen, fence_held.c)
+ *                     is the one recorded (FenceCache.schemaGen); it also
+ *                     moves on ATTACH and sqlite3_deserialize, which
  *                     replace main's pager and so restart its data
- *                     version).
+ *                     version.
  *   nothing else      no other database is attached (fence then takes
  *                     main's write lock for every accept, fence_accept.c) and main
  *                     is not in shared-cache mode.
@@ -93,7 +92,7 @@ dataVersion(FenceConn *conn, unsigned *pVersion)
  * generation when it may, 0 (never a verdict) when not.
  */
 void
-fenceCacheTxnBegin(FenceConn *conn, int bUsable)
+fenceCacheTxnBegin(FenceConn *conn, int bUsable, unsigned schemaGen)
 {
 	FenceCache *c = &conn->cache;
 	unsigned	version;
@@ -103,8 +102,10 @@ fenceCacheTxnBegin(FenceConn *conn, int bUsable)
 		return;
 	bOn = bUsable && sqlite3_libversion_number() >= 3039000 &&
 		sqlite3_db_name(conn->db, 2) == NULL;
-	if (!(bOn && c->bRecorded && dataVersion(conn, &version) && version == c->version))
+	if (!(bOn && c->bRecorded && schemaGen == c->schemaGen &&
+		  dataVersion(conn, &version) && version == c->version))
 		fenceCacheForget(conn);
+	c->schemaGen = schemaGen;
 	c->bRecorded = 0;			/* until this transaction commits */
 	c->txn = bOn ? FENCE_CACHE_TXN_ON : FENCE_CACHE_TXN_OFF;
 }
@@ -127,16 +128,6 @@ void
 fenceCacheWrote(FenceConn *conn)
 {
 	conn->cache.bTxnWrote = 1;
-}
-
-/*
- * The schema may have changed, or main's file been replaced
- * (sqlite3_deserialize, which starts a new data version count): forget.
- */
-void
-fenceCacheSchemaChanged(FenceConn *conn)
-{
-	fenceCacheForget(conn);
 }
 
 /*

@@ -29,27 +29,19 @@
  *                  BEFORE DELETE guard for each such row.
  *
  * Provides fenceGuardAdmit (the check above, for fence.c's guard
- * functions), fenceSchemaCheck (has the schema changed since admission?),
- * and the hooks fenceGuardTxnEnded, fenceGuardRolledBack and fenceGuardFree.
- * Calls fence_schema_read.c (the reads of the schema), fence_held.c
- * (fenceHeldConnect, which finalizes cached statements at close) and
- * fence_cache.c (fenceCacheSchemaChanged); fenceGuardMemoForget is inline in
- * fence_sqlite.h.
+ * functions) and the hooks fenceGuardTxnEnded, fenceGuardRolledBack and
+ * fenceGuardFree. Calls fence_schema_read.c (the reads of the schema) and
+ * fence_held.c (fenceHeldConnect, which finalizes cached statements at
+ * close; FENCE_CHANGES_GEN and fenceChangesBump, the change detector);
+ * fenceGuardMemoForget is inline in fence_sqlite.h.
  *
- * Cost: the admission is checked once per guard id per schema generation and
- * kept in FenceConn. A schema change is seen by the statement that enlists
- * each transaction (fenceSchemaCheck): SQLite prepares it again when the
- * schema changed, and only then are the schema cookies of main and temp read
- * (two cached PRAGMA statements). With another database attached the check
- * is made once per transaction; after a rollback of a transaction that
- * admitted a guard, admission starts over. The journal check is a C call
- * per row once the journal is open; before that (the first row of a
- * transaction in a rollback-journal mode) a cached PRAGMA. The
- * recursive_triggers check is one sqlite3_expired() per call.
- *
- * Concurrency: the cache is per connection. Another connection's schema
- * change moves main's cookie, which the next transaction sees; inside a
- * write transaction nobody else can change main's schema.
+ * Cost: the admission is checked once per guard id per generation of the
+ * change detector (fence_held.c, "What changed"), which moves on any
+ * schema or setting change, and kept in FenceConn; after a rollback of a
+ * transaction that admitted a guard, admission starts over. The journal
+ * check is a C call per row once the journal is open; before that (the
+ * first row of a transaction in a rollback-journal mode) a cached PRAGMA.
+ * recursive_triggers is read again only in a new generation.
  */
 #include "fence_sqlite.h"
 
@@ -57,10 +49,7 @@
 
 SQLITE_EXTENSION_INIT3
 
-static const char guardProbeMainSql[] = "PRAGMA main.schema_version";
-static const char guardProbeTempSql[] = "PRAGMA temp.schema_version";
 static const char journalModeSql[] = "PRAGMA main.journal_mode";
-static const char schemaProbeSql[] = "SELECT 1 FROM main.sqlite_schema WHERE 0";
 
 FENCE_COLD static void
 refuse(sqlite3_context *ctx, int rc, char *zMsg)
@@ -86,192 +75,31 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 	sqlite3_free(zMsg);
 }
 
-static int
-stepInt64(FenceConn *conn, sqlite3_stmt **pp, const char *zSql, sqlite3_int64 *pOut)
-{
-	int			rc = SQLITE_OK;
-
-	if (*pp == NULL)
-	{
-		/* the eponymous fence_held finalizes cached statements at close */
-		rc = fenceHeldConnect(conn);
-		if (rc == SQLITE_OK)
-			rc = sqlite3_prepare_v3(conn->db, zSql, -1, SQLITE_PREPARE_PERSISTENT, pp, NULL);
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	rc = sqlite3_step(*pp);
-	if (rc == SQLITE_ROW && sqlite3_column_type(*pp, 0) == SQLITE_INTEGER)
-	{
-		*pOut = sqlite3_column_int64(*pp, 0);
-		rc = SQLITE_OK;
-	}
-	else if (rc == SQLITE_ROW || rc == SQLITE_DONE)
-		rc = SQLITE_AUTH;		/* no value: an authorizer ignored the PRAGMA */
-	sqlite3_reset(*pp);
-	return rc;
-}
-
-/* Run the schema probe (prepared once, kept): SQLITE_OK when it ran. */
-static int
-stepSchemaProbe(FenceConn *conn)
-{
-	int			rc;
-
-	if (conn->pSchemaProbe == NULL)
-	{
-		rc = fenceHeldConnect(conn);
-		if (rc == SQLITE_OK)
-			rc = sqlite3_prepare_v3(conn->db, schemaProbeSql, -1, SQLITE_PREPARE_PERSISTENT,
-									&conn->pSchemaProbe, NULL);
-		if (rc != SQLITE_OK)
-			return rc;
-	}
-	rc = sqlite3_step(conn->pSchemaProbe);
-	sqlite3_reset(conn->pSchemaProbe);
-	return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
-}
-
 static void
 forgetAdmitted(FenceConn *conn)
 {
 	int			i;
 
-	for (i = 0; i < conn->nGuard; i++)
-		sqlite3_free(conn->aGuard[i].zResource);
-	conn->nGuard = 0;
-	conn->pSchemaStmt = NULL;	/* the next check reads the cookies */
+	for (i = 0; i < conn->guard.nGuard; i++)
+		sqlite3_free(conn->guard.aGuard[i].zResource);
+	conn->guard.nGuard = 0;
 	fenceGuardMemoForget(conn);
+}
+
+void
+fenceGuardFinalize(FenceConn *conn)
+{
+	sqlite3_finalize(conn->guard.pJournalMode);
+	conn->guard.pJournalMode = NULL;
 }
 
 void
 fenceGuardFree(FenceConn *conn)
 {
 	forgetAdmitted(conn);
-	sqlite3_free(conn->aGuard);
-	conn->aGuard = NULL;
-	conn->nGuardAlloc = 0;
-}
-
-/* Databases other than main and temp that this connection has attached. */
-static int
-attachedCount(sqlite3 *db)
-{
-	int			i;
-
-	for (i = 2; sqlite3_db_name(db, i) != NULL; i++)
-		;
-	return i - 2;
-}
-
-/*
- * Once per transaction, after it enlisted: is what was admitted (and what
- * the highest-token cache holds) still of the schema it was checked
- * against? The enlisting statement answers for free (fence_held.c): it
- * reads main's schema cookie when it starts, and SQLite prepares it again
- * when main's schema changed (by any connection) or when this connection
- * changed TEMP's, which expires every statement. So when the statement
- * the schema was last checked with ran again without being prepared
- * again, nothing changed; otherwise, and whenever another database is
- * attached or a check inside the transaction is asked for, the cookies of
- * main and temp are read (two cached PRAGMAs) and compared.
- */
-int
-fenceSchemaCheck(FenceConn *conn)
-{
-	sqlite3_int64 cookieMain = 0;
-	sqlite3_int64 cookieTemp = 0;
-	int			rc;
-
-	/*
-	 * Checked in this transaction, and no statement reading fence's tables
-	 * prepared since: SQLite prepares every guarded statement again after a
-	 * schema change, the transaction's own included (a rename, an index
-	 * made after its first write), so a guard whose statement was prepared
-	 * since reads the schema again (fence_guard.c, admittedByCount).
-	 */
-	if (conn->bGuardTxnChecked && !conn->bSchemaFresh &&
-		conn->nJoinPlanned == conn->nJoinPlannedChecked)
-		return SQLITE_OK;
-	if (conn->bEnlisted && conn->bEnlistSchemaSame && !conn->bSchemaFresh &&
-		attachedCount(conn->db) == 0)
-	{
-		conn->bGuardTxnChecked = 1;
-		conn->nJoinPlannedChecked = conn->nJoinPlanned;
-		return SQLITE_OK;
-	}
-	/*
-	 * Joined through fence_join (no enlisting statement ran): a statement
-	 * that names main's schema and does nothing else. SQLite checks main's
-	 * schema cookie as it starts and prepares it again when the cookie
-	 * moved, and TEMP's changes expire it: not prepared again since it last
-	 * ran means the schema is the one checked then.
-	 */
-	if (conn->bEnlisted && attachedCount(conn->db) == 0)
-	{
-		rc = stepSchemaProbe(conn);
-		if (rc != SQLITE_OK)
-			return rc;
-		{
-			int			n = sqlite3_stmt_status(conn->pSchemaProbe,
-												SQLITE_STMTSTATUS_REPREPARE, 0);
-			int			bSame = conn->pProbeSeen == conn->pSchemaProbe &&
-				conn->nProbeSeen == n && conn->pSchemaStmt != NULL;
-
-			/*
-			 * Changed: forget what was admitted now, not only once the
-			 * cookies below are read. A read of them that fails (an
-			 * authorizer blinding or refusing PRAGMA schema_version once)
-			 * fails this write; with the admissions kept, the probe,
-			 * already seen at its new count, would call the next write's
-			 * schema the checked one.
-			 */
-			if (!bSame)
-			{
-				forgetAdmitted(conn);
-				fenceCacheSchemaChanged(conn);
-			}
-			conn->pProbeSeen = conn->pSchemaProbe;
-			conn->nProbeSeen = n;
-			if (bSame)
-			{
-				conn->bGuardTxnChecked = 1;
-				conn->nJoinPlannedChecked = conn->nJoinPlanned;
-				return SQLITE_OK;
-			}
-		}
-	}
-	rc = stepInt64(conn, &conn->pProbeMain, guardProbeMainSql, &cookieMain);
-	if (rc != SQLITE_OK)
-		return rc;
-	rc = stepInt64(conn, &conn->pProbeTemp, guardProbeTempSql, &cookieTemp);
-	if (rc != SQLITE_OK)
-		return rc;
-	if (cookieMain != conn->cookieMain || cookieTemp != conn->cookieTemp ||
-		attachedCount(conn->db) > 0)
-	{
-		forgetAdmitted(conn);
-		conn->cookieMain = cookieMain;
-		conn->cookieTemp = cookieTemp;
-		fenceCacheSchemaChanged(conn);
-	}
-	/*
-	 * The next transaction's enlisting statement answers, if it is this
-	 * one; or the probe does (pSchemaStmt only says then that the cookies
-	 * were read with nothing forgotten since).
-	 */
-	if (conn->bEnlisted && attachedCount(conn->db) == 0 &&
-		(conn->pEnlistLast != NULL || conn->pSchemaProbe != NULL))
-	{
-		sqlite3_stmt *p = conn->pEnlistLast ? conn->pEnlistLast : conn->pSchemaProbe;
-
-		conn->pSchemaStmt = p;
-		conn->nSchemaReprepare = sqlite3_stmt_status(p, SQLITE_STMTSTATUS_REPREPARE, 0);
-	}
-	/* kept until the transaction ends, which only an enlisted one reports */
-	conn->bGuardTxnChecked = conn->bEnlisted;
-	conn->nJoinPlannedChecked = conn->nJoinPlanned;
-	return SQLITE_OK;
+	sqlite3_free(conn->guard.aGuard);
+	conn->guard.aGuard = NULL;
+	conn->guard.nGuardAlloc = 0;
 }
 
 /*
@@ -383,10 +211,10 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		}
 	}
 
-	if (conn->nGuard == conn->nGuardAlloc)
+	if (conn->guard.nGuard == conn->guard.nGuardAlloc)
 	{
-		int			nAlloc = conn->nGuardAlloc ? conn->nGuardAlloc * 2 : 8;
-		FenceGuardSeen *a = sqlite3_realloc64(conn->aGuard,
+		int			nAlloc = conn->guard.nGuardAlloc ? conn->guard.nGuardAlloc * 2 : 8;
+		FenceGuardSeen *a = sqlite3_realloc64(conn->guard.aGuard,
 											  sizeof(*a) * (sqlite3_uint64) nAlloc);
 
 		if (a == NULL)
@@ -394,17 +222,17 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 			sqlite3_result_error_nomem(ctx);
 			goto fail;
 		}
-		conn->aGuard = a;
-		conn->nGuardAlloc = nAlloc;
+		conn->guard.aGuard = a;
+		conn->guard.nGuardAlloc = nAlloc;
 	}
-	g = &conn->aGuard[conn->nGuard];
+	g = &conn->guard.aGuard[conn->guard.nGuard];
 	g->zResource = zOwn;
 	g->id = id;
 	g->nResource = nRes;
 	g->bKeyed = bKeyed;
 	g->bNeedsRecursive = bNeedsRecursive;
-	conn->nGuard++;
-	conn->bAdmittedInTxn = 1;
+	conn->guard.nGuard++;
+	conn->guard.bAdmittedInTxn = 1;
 	return g;
 
 fail:
@@ -440,22 +268,22 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 	int			rc;
 
 	/* once seen open in this transaction, the mode cannot change until it ends */
-	if (conn->bJournalChecked)
+	if (conn->guard.bJournalChecked)
 		return 1;
 	/* NULL: main, without a look-up by name */
 	if (sqlite3_file_control(conn->db, NULL, SQLITE_FCNTL_JOURNAL_POINTER,
 							 &pJournal) == SQLITE_OK &&
 		pJournal != NULL && pJournal->pMethods != NULL && pJournal->pMethods->xLock != NULL)
 	{
-		conn->bJournalChecked = conn->bEnlisted;	/* reset when it ends (fence_held.c) */
+		conn->guard.bJournalChecked = conn->txn.bEnlisted;	/* reset when it ends */
 		return 1;
 	}
-	if (conn->pJournalMode == NULL)
+	if (conn->guard.pJournalMode == NULL)
 	{
 		rc = fenceHeldConnect(conn);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_prepare_v3(conn->db, journalModeSql, -1, SQLITE_PREPARE_PERSISTENT,
-									&conn->pJournalMode, NULL);
+									&conn->guard.pJournalMode, NULL);
 		if (rc != SQLITE_OK)
 		{
 			refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",
@@ -463,12 +291,12 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 			return 0;
 		}
 	}
-	rc = sqlite3_step(conn->pJournalMode);
-	zMode = rc == SQLITE_ROW ? sqlite3_column_text(conn->pJournalMode, 0) : NULL;
+	rc = sqlite3_step(conn->guard.pJournalMode);
+	zMode = rc == SQLITE_ROW ? sqlite3_column_text(conn->guard.pJournalMode, 0) : NULL;
 	if (rc == SQLITE_ROW && zMode != NULL && sqlite3_stricmp((const char *) zMode, "off") != 0 &&
 		(sqlite3_stricmp((const char *) zMode, "memory") != 0 || mainInMemory(conn->db)))
 	{
-		sqlite3_reset(conn->pJournalMode);
+		sqlite3_reset(conn->guard.pJournalMode);
 		return 1;
 	}
 	if (rc == SQLITE_ROW && zMode != NULL)
@@ -484,7 +312,7 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 		refuse(ctx, rc == SQLITE_ROW ? SQLITE_NOMEM : rc,
 			   sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",
 							   sqlite3_errmsg(conn->db)));
-	sqlite3_reset(conn->pJournalMode);
+	sqlite3_reset(conn->guard.pJournalMode);
 	return 0;
 }
 
@@ -494,9 +322,9 @@ findAdmitted(const FenceConn *conn, sqlite3_int64 id, const char *zRes, int nRes
 {
 	int			i;
 
-	for (i = 0; i < conn->nGuard; i++)
+	for (i = 0; i < conn->guard.nGuard; i++)
 	{
-		const FenceGuardSeen *g = &conn->aGuard[i];
+		const FenceGuardSeen *g = &conn->guard.aGuard[i];
 
 		if (g->id == id && g->bKeyed == bKeyed &&
 			(zRes == NULL || (g->nResource == nRes &&
@@ -507,77 +335,30 @@ findAdmitted(const FenceConn *conn, sqlite3_int64 id, const char *zRes, int nRes
 }
 
 /*
- * May this call of admitted guard g skip reading the schema? Yes when no
- * statement that reads one of fence's tables has been prepared since the
- * schema was last read, that read found the admissions still good
- * (pSchemaStmt), and no other database is attached (then the schema is
- * read in every transaction, as before).
- *
- * Why that suffices for a call from a statement that fires one of g's own
- * triggers (all of them of this shape, or it was not admitted): each reads
- * fence_join in its body, so SQLite plans such a read (fence_held.c counts
- * it) whenever it prepares the statement; and SQLite prepares a statement
- * again, before it runs, whenever main's schema changed after it was
- * prepared (by this connection or another, committed or not; a rollback of
- * a change resets the schema, which counts too) or TEMP's did (which
- * expires every statement). That statement was therefore prepared before
- * the last read of the schema, and the schema it runs on is the one it was
- * prepared on: the one read then.
- *
- * A call from anywhere else (a view, a trigger of the application's,
- * top-level SQL passing g's id) proves nothing by this. What it can get so
- * is an accept at the token already highest, which fence_check gives
- * anyone: a write of fence_tokens reads the schema first (fence.c,
- * FENCE_RC_READ_SCHEMA).
- */
-static inline int
-admittedByCount(const FenceConn *conn)
-{
-	return conn->bEnlisted && conn->nJoinPlanned == conn->nJoinPlannedChecked && conn->pSchemaStmt != NULL &&
-		sqlite3_db_name(conn->db, 2) == NULL;
-}
-
-/*
  * Is PRAGMA recursive_triggers on? Only then does a REPLACE fire the BEFORE
  * DELETE guard for each row it deletes. SQLite compiles that choice into
  * each statement as it prepares it, and setting the pragma (like every
- * flag pragma) expires every prepared statement of the connection, so a
- * statement runs under the setting it was prepared with. pRecursiveSeen, a
- * statement never run, expires with them: the value read when it was
- * prepared holds until it has expired. Reading the pragma costs a prepare
- * (its own program expires itself), about 9,000 instructions; the check of
- * pRecursiveSeen, a few.
+ * flag pragma) expires every prepared statement of the connection, which
+ * moves the change detector's generation: the value read holds within
+ * one. Reading the pragma costs a prepare, about 9,000 instructions.
  */
 static int
 recursiveTriggersOn(FenceConn *conn, int *pbOn)
 {
 	sqlite3_stmt *p = NULL;
-	int			rc = SQLITE_OK;
+	int			rc;
+	unsigned	gen = FENCE_CHANGES_GEN(conn, FENCE_POLL_GUARD, &rc);
 
-	/* a library built without deprecated APIs has no sqlite3_expired: read it each time */
-	if (conn->pRecursiveSeen == NULL || sqlite3_api->expired == NULL ||
-		sqlite3_expired(conn->pRecursiveSeen))
+	if (rc == SQLITE_OK && gen != conn->guard.recursiveGen)
 	{
-		sqlite3_finalize(conn->pRecursiveSeen);
-		conn->pRecursiveSeen = NULL;
-		rc = fenceHeldConnect(conn);
-		/* prepared first: a change after it expires it */
-		if (rc == SQLITE_OK)
-			rc = sqlite3_prepare_v3(conn->db, "SELECT 0", -1, SQLITE_PREPARE_PERSISTENT,
-									&conn->pRecursiveSeen, NULL);
-		if (rc == SQLITE_OK)
-			rc = sqlite3_prepare_v2(conn->db, "PRAGMA recursive_triggers", -1, &p, NULL);
+		rc = sqlite3_prepare_v2(conn->db, "PRAGMA recursive_triggers", -1, &p, NULL);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_step(p) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(conn->db);
-		conn->bRecursive = rc == SQLITE_OK && sqlite3_column_int(p, 0) != 0;
+		conn->guard.bRecursive = rc == SQLITE_OK && sqlite3_column_int(p, 0) != 0;
+		conn->guard.recursiveGen = rc == SQLITE_OK ? gen : 0;
 		sqlite3_finalize(p);
-		if (rc != SQLITE_OK)
-		{
-			sqlite3_finalize(conn->pRecursiveSeen);
-			conn->pRecursiveSeen = NULL;
-		}
 	}
-	*pbOn = conn->bRecursive;
+	*pbOn = conn->guard.bRecursive;
 	return rc;
 }
 
@@ -633,6 +414,7 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	const char *zRes = *pzRes;
 	int			nRes = *pnRes;
 	sqlite3_int64 id;
+	unsigned	gen;
 	int			rc;
 
 	if (sqlite3_value_type(idArg) != SQLITE_INTEGER)
@@ -645,22 +427,18 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (!journalWorks(ctx, conn))
 		return 0;
 	id = sqlite3_value_int64(idArg);
-	conn->bByCount = 0;
-	if (!conn->bGuardTxnChecked && !conn->bSchemaFresh)
-	{
-		g = findAdmitted(conn, id, zRes, nRes, bKeyed);
-		if (g != NULL && admittedByCount(conn))
-		{
-			conn->bByCount = 1;
-			return admitted(ctx, conn, g, pzRes, pnRes);
-		}
-	}
-	rc = fenceSchemaCheck(conn);
+	gen = FENCE_CHANGES_GEN(conn, conn->bSchemaFresh ? FENCE_POLL_STEP :
+						   FENCE_POLL_GUARD, &rc);
 	if (rc != SQLITE_OK)
 	{
-		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema version: %s",
+		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema: %s",
 										sqlite3_errmsg(conn->db)));
 		return 0;
+	}
+	if (gen != conn->guard.admittedGen)
+	{
+		forgetAdmitted(conn);
+		conn->guard.admittedGen = gen;
 	}
 	g = findAdmitted(conn, id, zRes, nRes, bKeyed);
 	if (g == NULL)
@@ -668,29 +446,24 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	return g != NULL && admitted(ctx, conn, g, pzRes, pnRes);
 }
 
-/* A transaction ended: check the schema generation again at the next one. */
+/* A transaction ended. */
 void
 fenceGuardTxnEnded(FenceConn *conn)
 {
 	fenceGuardMemoForget(conn);
-	conn->bGuardTxnChecked = 0;
-	conn->bEnlistSchemaSame = 0;
-	conn->bAdmittedInTxn = 0;
+	conn->guard.bAdmittedInTxn = 0;
+	conn->guard.bJournalChecked = 0;
 }
 
 /*
  * A transaction, or part of one, rolled back. A guard admitted in it was
  * checked against a schema that may have just been rolled back too (a
- * trigger dropped and then restored), and the cookies cannot tell: a
- * rollback puts the old cookie back. Forget what was admitted.
+ * trigger dropped and then restored), which the probe's count need not
+ * show: a new generation.
  */
 void
 fenceGuardRolledBack(FenceConn *conn)
 {
-	if (!conn->bAdmittedInTxn)
-		return;
-	forgetAdmitted(conn);
-	conn->bGuardTxnChecked = 0;
-	conn->bEnlistSchemaSame = 0;
-	fenceCacheSchemaChanged(conn);
+	if (conn->guard.bAdmittedInTxn)
+		fenceChangesBump(conn);
 }

@@ -41,12 +41,14 @@
  *
  * Provides: the modules fence_held, fence_txn, fence_join
  * (fenceHeldRegister, fenceHeldUnregister), fenceHeldConnect,
- * fenceHeldEnlist, fenceEnlistForget, fenceHeldCreateEnlist,
- * fenceHeldSet (inline, fence_sqlite.h), fenceHeldBreak, fenceHeldTruncate,
- * fenceConnRetain, fenceConnRelease, fenceSqliteAllocator: it is the one
- * writer of what the transaction holds (FenceConn.held, bBroken). Calls no other file of
- * sqlite_ext: what the files above must hear of a transaction's end goes
- * through FenceConn.pHooks (fence_init.c).
+ * fenceHeldEnlist, fenceHeldCreateEnlist, fenceHeldSet (inline,
+ * fence_sqlite.h), fenceHeldBreak, fenceHeldTruncate, fenceConnRetain,
+ * fenceConnRelease, fenceSqliteAllocator, and the change detector
+ * (FENCE_CHANGES_GEN, a macro in fence_sqlite.h, fenceChangesRun,
+ * fenceChangesBump; "What changed" below). It owns FenceConn.txn (what the
+ * transaction holds), FenceConn.enlist and FenceConn.changes, and is their
+ * one writer. Calls no other file of sqlite_ext: what the files above must
+ * hear of a transaction's end goes through FenceConn.pHooks (fence_init.c).
  */
 #include "fence_sqlite.h"
 
@@ -86,16 +88,19 @@ const FenceAllocator fenceSqliteAllocator = {sqliteAlloc, sqliteRealloc, sqliteF
  * a second registration, leaves the table on its deferred-disconnect list),
  * so the last of them frees it, not the module.
  */
+static void heldFinalize(FenceConn *conn);
+static void fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp);
+
 static void
 connRelease(FenceConn *conn)
 {
-	if (--conn->nRef > 0)
+	if (--conn->enlist.nRef > 0)
 		return;
-	conn->pHooks->xFinalize(conn);
+	heldFinalize(conn);
 	conn->pHooks->xFree(conn);
-	fence_held_free(&conn->held);
-	if (conn->aMark != conn->aMarkFirst)
-		sqlite3_free(conn->aMark);
+	fence_held_free(&conn->txn.held);
+	if (conn->txn.aMark != conn->txn.aMarkFirst)
+		sqlite3_free(conn->txn.aMark);
 	sqlite3_free(conn->pAlloc);
 }
 
@@ -103,7 +108,7 @@ connRelease(FenceConn *conn)
 void
 fenceConnRetain(FenceConn *conn)
 {
-	conn->nRef++;
+	conn->enlist.nRef++;
 }
 
 void
@@ -119,7 +124,7 @@ fenceConnRelease(FenceConn *conn)
 FENCE_COLD int
 fenceHeldBreak(FenceConn *conn)
 {
-	conn->bBroken = 1;
+	conn->txn.bBroken = 1;
 	fenceGuardMemoForget(conn);
 	return FENCE_RC_BROKEN;
 }
@@ -129,8 +134,8 @@ void
 fenceHeldTruncate(FenceConn *conn, int n)
 {
 	fenceGuardMemoForget(conn);
-	if (conn->bEnlisted && n <= conn->held.n_entries)
-		fence_held_truncate(&conn->held, n);
+	if (conn->txn.bEnlisted && n <= conn->txn.held.n_entries)
+		fence_held_truncate(&conn->txn.held, n);
 }
 
 typedef struct HeldVtab
@@ -174,8 +179,8 @@ heldConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 		return SQLITE_NOMEM;
 	memset(vtab, 0, sizeof(*vtab));
 	vtab->conn = conn;
-	conn->nRef++;
-	conn->bVtabConnected = 1;
+	conn->enlist.nRef++;
+	conn->enlist.bVtabConnected = 1;
 	*ppVtab = &vtab->base;
 	return SQLITE_OK;
 }
@@ -193,8 +198,8 @@ heldDisconnect(sqlite3_vtab *pVtab)
 {
 	HeldVtab   *vtab = (HeldVtab *) pVtab;
 
-	vtab->conn->pHooks->xFinalize(vtab->conn);
-	vtab->conn->bVtabConnected = 0;
+	heldFinalize(vtab->conn);
+	vtab->conn->enlist.bVtabConnected = 0;
 	connRelease(vtab->conn);
 	sqlite3_free(vtab);
 	return SQLITE_OK;
@@ -205,10 +210,10 @@ txnConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
 		   sqlite3_vtab **ppVtab, char **pzErr)
 {
 	FenceConn  *conn = pAux;
-	int			bConnected = conn->bVtabConnected;
+	int			bConnected = conn->enlist.bVtabConnected;
 	int			rc = heldConnect(db, pAux, argc, argv, ppVtab, pzErr);
 
-	conn->bVtabConnected = bConnected;	/* only fence_held's counts */
+	conn->enlist.bVtabConnected = bConnected;	/* only fence_held's counts */
 	return rc;
 }
 
@@ -217,12 +222,12 @@ txnDisconnect(sqlite3_vtab *pVtab)
 {
 	FenceConn  *conn = ((HeldVtab *) pVtab)->conn;
 
-	if (conn->pJoined == pVtab)
+	if (conn->txn.pJoined == pVtab)
 	{
 		/* it will not hear the transaction end: hold nothing, fail closed */
-		conn->pJoined = NULL;
-		conn->bEnlisted = 0;
-		conn->bBroken = 1;
+		conn->txn.pJoined = NULL;
+		conn->txn.bEnlisted = 0;
+		conn->txn.bBroken = 1;
 		fenceGuardMemoForget(conn);
 	}
 	connRelease(conn);
@@ -240,7 +245,7 @@ txnDisconnect(sqlite3_vtab *pVtab)
 static int
 txnDestroy(sqlite3_vtab *pVtab)
 {
-	if (((HeldVtab *) pVtab)->conn->pJoined == pVtab)
+	if (((HeldVtab *) pVtab)->conn->txn.pJoined == pVtab)
 		return SQLITE_LOCKED;
 	return txnDisconnect(pVtab);
 }
@@ -251,9 +256,9 @@ heldBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 	/*
 	 * Planned: a statement that reads one of fence's tables is being
 	 * prepared, such as one that fires a guard trigger, whose body reads
-	 * fence_join (fence_protect.c). Counted for fenceGuardAdmit.
+	 * fence_join (fence_protect.c). Counted for the detector (FENCE_CHANGES_GEN).
 	 */
-	((HeldVtab *) pVtab)->conn->nJoinPlanned++;
+	((HeldVtab *) pVtab)->conn->changes.nPlanned++;
 	info->estimatedCost = 10.0;
 	info->estimatedRows = 10;
 	return SQLITE_OK;
@@ -282,7 +287,7 @@ heldClose(sqlite3_vtab_cursor *cur)
 static FenceHeld *
 cursorHeld(sqlite3_vtab_cursor *cur)
 {
-	return &((HeldVtab *) cur->pVtab)->conn->held;
+	return &((HeldVtab *) cur->pVtab)->conn->txn.held;
 }
 
 /* Skip entries shadowed by a newer one and those no longer held. */
@@ -376,11 +381,10 @@ static int
 connStartOver(FenceConn *conn, int bEnlisted)
 {
 	fenceGuardMemoForget(conn);
-	conn->bJournalChecked = 0;
-	fence_held_clear(&conn->held);
-	conn->nMark = 0;
-	conn->bEnlisted = bEnlisted;
-	conn->bBroken = 0;
+	fence_held_clear(&conn->txn.held);
+	conn->txn.nMark = 0;
+	conn->txn.bEnlisted = bEnlisted;
+	conn->txn.bBroken = 0;
 	conn->pHooks->xTxnStartOver(conn);
 	return SQLITE_OK;
 }
@@ -389,14 +393,14 @@ connStartOver(FenceConn *conn, int bEnlisted)
  * Two of fence's tables can join one transaction: temp.fence_enlist (or
  * main.fence_txn) through fence's enlisting statement, and main.fence_join
  * through the prologue of a statement that fires a guard trigger (whose
- * body names it). The first to join is the transaction's (conn->pJoined);
+ * body names it). The first to join is the transaction's (conn->txn.pJoined);
  * the calls SQLite makes on the other are ignored, since the first hears
  * every savepoint the other does, and more.
  */
 static int
 notJoined(sqlite3_vtab *pVtab)
 {
-	return vtabConn(pVtab)->pJoined != pVtab;
+	return vtabConn(pVtab)->txn.pJoined != pVtab;
 }
 
 static int
@@ -404,10 +408,10 @@ heldBegin(sqlite3_vtab *pVtab)
 {
 	FenceConn  *conn = vtabConn(pVtab);
 
-	if (conn->pJoined != NULL)
+	if (conn->txn.pJoined != NULL)
 		return SQLITE_OK;
-	conn->pJoined = pVtab;
-	conn->nBegin++;
+	conn->txn.pJoined = pVtab;
+	conn->enlist.nBegin++;
 	if (conn->cache.txn != FENCE_CACHE_TXN_UNKNOWN)
 		conn->pHooks->xCacheTxnEnd(conn, 0);	/* an end we never heard of: forget */
 	return connStartOver(conn, 1);
@@ -420,8 +424,8 @@ heldCommit(sqlite3_vtab *pVtab)
 
 	if (notJoined(pVtab))
 		return SQLITE_OK;
-	conn->pJoined = NULL;
-	conn->pHooks->xCacheTxnEnd(conn, !conn->bBroken);
+	conn->txn.pJoined = NULL;
+	conn->pHooks->xCacheTxnEnd(conn, !conn->txn.bBroken);
 	return connStartOver(conn, 0);
 }
 
@@ -432,7 +436,7 @@ heldRollback(sqlite3_vtab *pVtab)
 
 	if (notJoined(pVtab))
 		return SQLITE_OK;
-	conn->pJoined = NULL;
+	conn->txn.pJoined = NULL;
 	conn->pHooks->xRolledBack(conn);
 	return connStartOver(conn, 0);
 }
@@ -445,23 +449,23 @@ heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 
 	if (notJoined(pVtab))
 		return SQLITE_OK;
-	if (iSavepoint >= conn->nMarkAlloc)
+	if (iSavepoint >= conn->txn.nMarkAlloc)
 	{
 		int			nAlloc = iSavepoint + 8;
-		int		   *a = sqlite3_realloc64(conn->aMark == conn->aMarkFirst ? NULL : conn->aMark,
+		int		   *a = sqlite3_realloc64(conn->txn.aMark == conn->txn.aMarkFirst ? NULL : conn->txn.aMark,
 										  sizeof(int) * (sqlite3_uint64) nAlloc);
 
 		if (a == NULL)
 		{
 			/* a later ROLLBACK TO could not undo what it must: fail closed */
-			conn->bBroken = 1;
+			conn->txn.bBroken = 1;
 			fenceGuardMemoForget(conn);
 			return SQLITE_NOMEM;
 		}
-		if (conn->aMark == conn->aMarkFirst)
-			memcpy(a, conn->aMarkFirst, sizeof(conn->aMarkFirst));
-		conn->aMark = a;
-		conn->nMarkAlloc = nAlloc;
+		if (conn->txn.aMark == conn->txn.aMarkFirst)
+			memcpy(a, conn->txn.aMarkFirst, sizeof(conn->txn.aMarkFirst));
+		conn->txn.aMark = a;
+		conn->txn.nMarkAlloc = nAlloc;
 	}
 
 	/*
@@ -469,10 +473,10 @@ heldSavepoint(sqlite3_vtab *pVtab, int iSavepoint)
 	 * announced; everything held came after them, so they mark the current
 	 * length (which is 0 when joining).
 	 */
-	for (k = conn->nMark; k < iSavepoint; k++)
-		conn->aMark[k] = conn->held.n_entries;
-	conn->aMark[iSavepoint] = conn->held.n_entries;
-	conn->nMark = iSavepoint + 1;
+	for (k = conn->txn.nMark; k < iSavepoint; k++)
+		conn->txn.aMark[k] = conn->txn.held.n_entries;
+	conn->txn.aMark[iSavepoint] = conn->txn.held.n_entries;
+	conn->txn.nMark = iSavepoint + 1;
 	return SQLITE_OK;
 }
 
@@ -499,13 +503,13 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
 		 * autocommit mode is not counted among db->nSavepoint, so SQLite
 		 * passes -1): everything held goes, and the transaction goes on.
 		 */
-		fence_held_truncate(&conn->held, 0);
-		conn->nMark = 0;
+		fence_held_truncate(&conn->txn.held, 0);
+		conn->txn.nMark = 0;
 	}
-	else if (iSavepoint < conn->nMark)
+	else if (iSavepoint < conn->txn.nMark)
 	{
-		fence_held_truncate(&conn->held, conn->aMark[iSavepoint]);
-		conn->nMark = iSavepoint + 1;	/* the savepoint itself stays open */
+		fence_held_truncate(&conn->txn.held, conn->txn.aMark[iSavepoint]);
+		conn->txn.nMark = iSavepoint + 1;	/* the savepoint itself stays open */
 	}
 	conn->pHooks->xRolledBackTo(conn);
 	return SQLITE_OK;
@@ -528,7 +532,7 @@ unpinnedAttachedWrite(FenceConn *conn)
 	const char *zName;
 	int			i;
 
-	if (conn->held.n_entries == 0 || sqlite3_libversion_number() < 3039000 ||
+	if (conn->txn.held.n_entries == 0 || sqlite3_libversion_number() < 3039000 ||
 		sqlite3_db_name(conn->db, 2) == NULL ||
 		sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_WRITE)
 		return NULL;
@@ -550,10 +554,10 @@ heldSync(sqlite3_vtab *pVtab)
 	FenceConn  *conn = vtabConn(pVtab);
 	const char *zAttached;
 
-	if (!conn->bBroken && (zAttached = unpinnedAttachedWrite(conn)) == NULL)
+	if (!conn->txn.bBroken && (zAttached = unpinnedAttachedWrite(conn)) == NULL)
 		return SQLITE_OK;
 	sqlite3_free(pVtab->zErrMsg);
-	if (conn->bBroken)
+	if (conn->txn.bBroken)
 		pVtab->zErrMsg = sqlite3_mprintf("%s", FENCE_BROKEN_MSG);
 	else
 		pVtab->zErrMsg = sqlite3_mprintf("fence refused: the transaction wrote \"%s\", "
@@ -633,7 +637,7 @@ connDestroy(void *p)
 {
 	FenceConn  *conn = p;
 
-	conn->pHooks->xFinalize(conn);
+	heldFinalize(conn);
 	connRelease(conn);
 }
 
@@ -643,13 +647,13 @@ fenceHeldRegister(sqlite3 *db, FenceConn *conn)
 {
 	int			rc;
 
-	conn->aMark = conn->aMarkFirst;
-	conn->nMarkAlloc = FENCE_MARKS_FIRST;
+	conn->txn.aMark = conn->txn.aMarkFirst;
+	conn->txn.nMarkAlloc = FENCE_MARKS_FIRST;
 	/* a transaction of a few short resources allocates nothing for them */
-	fence_held_init_buffers(&conn->held, &fenceSqliteAllocator, conn->aHeldFirst,
+	fence_held_init_buffers(&conn->txn.held, &fenceSqliteAllocator, conn->aHeldFirst,
 							FENCE_HELD_FIRST, conn->aHeldBuckets, FENCE_HELD_FIRST);
-	fence_held_use_names(&conn->held, conn->zHeldNames, sizeof(conn->zHeldNames));
-	conn->nRef = 1;				/* the fence_held module's */
+	fence_held_use_names(&conn->txn.held, conn->zHeldNames, sizeof(conn->zHeldNames));
+	conn->enlist.nRef = 1;				/* the fence_held module's */
 	rc = sqlite3_create_module_v2(db, "fence_held", &heldModule, conn, connDestroy);
 
 	if (rc == SQLITE_OK)
@@ -682,12 +686,12 @@ fenceHeldConnect(FenceConn *conn)
 	sqlite3_stmt *stmt = NULL;
 	int			rc;
 
-	if (conn->bVtabConnected)
+	if (conn->enlist.bVtabConnected)
 		return SQLITE_OK;
 	/* main.: a TEMP or attached table of the same name must not answer */
 	rc = sqlite3_prepare_v2(conn->db, "SELECT 1 FROM main.fence_held", -1, &stmt, NULL);
 	sqlite3_finalize(stmt);
-	if (rc == SQLITE_OK && !conn->bVtabConnected)
+	if (rc == SQLITE_OK && !conn->enlist.bVtabConnected)
 	{
 		/*
 		 * A table of the main database named fence_held hides the virtual
@@ -704,8 +708,10 @@ fenceHeldConnect(FenceConn *conn)
  * (the subquery names main, which makes SQLite check main's schema and
  * take main's read lock; it never runs: the table is empty when it joins),
  * so that SQLite prepares them again after a schema change, which is how
- * fence_guard.c learns of one (fenceSchemaCheck).
+ * the change detector learns of one (sawRun, "What changed" below).
  */
+static void sawRun(FenceConn *conn);
+
 static const char enlistSql[] =
 "DELETE FROM temp.fence_enlist WHERE rowid = -1 "
 "AND NOT EXISTS (SELECT 1 FROM main.sqlite_schema WHERE 0)";
@@ -755,7 +761,7 @@ prepareEnlist(FenceConn *conn, int bMain, sqlite3_stmt **pp)
  * Make fence_held part of the open transaction, so that its end and its
  * savepoints reach us. Writing a virtual table (even deleting no row) is
  * what enlists it; the table is in TEMP, so main stays unlocked (see the
- * head of this file). Returns SQLITE_OK with conn->bEnlisted still 0 when
+ * head of this file). Returns SQLITE_OK with conn->txn.bEnlisted still 0 when
  * the statement's own end committed the transaction (an autocommit
  * SELECT): then there is no transaction left to hold a fence in.
  */
@@ -766,9 +772,9 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 	int			attempt;
 	sqlite3_stmt **pp;
 
-	unsigned	nBegin = conn->nBegin;
+	unsigned	nBegin = conn->enlist.nBegin;
 
-	if (conn->bEnlisted)
+	if (conn->txn.bEnlisted)
 		return SQLITE_OK;
 
 	/*
@@ -780,11 +786,11 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 	 * transaction runs.
 	 */
 	pp = bLockMain || sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_WRITE ?
-		&conn->pEnlistMain : &conn->pEnlist;
+		&conn->enlist.pEnlistMain : &conn->enlist.pEnlist;
 	for (attempt = 0;; attempt++)
 	{
 		if (*pp == NULL &&
-			(rc = prepareEnlist(conn, attempt > 0 || pp == &conn->pEnlistMain, pp)) != SQLITE_OK)
+			(rc = prepareEnlist(conn, attempt > 0 || pp == &conn->enlist.pEnlistMain, pp)) != SQLITE_OK)
 			return rc;
 		rc = sqlite3_step(*pp);
 		if (rc == SQLITE_DONE)
@@ -805,32 +811,13 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 	 * "accepted" is what must never happen: refuse. (Forget the statement,
 	 * so that the name is resolved again once that table is gone.)
 	 */
-	if (!conn->bEnlisted && conn->nBegin == nBegin)
+	if (!conn->txn.bEnlisted && conn->enlist.nBegin == nBegin)
 	{
 		fenceEnlistForget(conn, pp);
 		return FENCE_RC_SHADOWED;
 	}
 
-	/*
-	 * Prepared again since it last ran (or new): the schema changed, or
-	 * TEMP's did, or the main database was replaced (ATTACH and
-	 * sqlite3_deserialize expire every statement, and restart main's data
-	 * version): the cache forgets what it holds.
-	 */
-	{
-		int			i = pp == &conn->pEnlistMain;
-		int			n = sqlite3_stmt_status(*pp, SQLITE_STMTSTATUS_REPREPARE, 0);
-
-		if (conn->apEnlistRan[i] != *pp || conn->anEnlistRan[i] != n)
-			conn->pHooks->xSchemaChanged(conn);
-		conn->apEnlistRan[i] = *pp;
-		conn->anEnlistRan[i] = n;
-	}
-
-	/* did it run on the schema fence last checked (fenceSchemaCheck)? */
-	conn->pEnlistLast = *pp;
-	conn->bEnlistSchemaSame = *pp == conn->pSchemaStmt &&
-		sqlite3_stmt_status(*pp, SQLITE_STMTSTATUS_REPREPARE, 0) == conn->nSchemaReprepare;
+	sawRun(conn);
 	return SQLITE_OK;
 }
 
@@ -838,17 +825,138 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
  * Finalize a cached enlisting statement, and forget it as the one the
  * schema was checked with: a statement prepared later may get its address.
  */
-void
+static void
 fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
 {
-	if (*pp != NULL && *pp == conn->pSchemaStmt)
-		conn->pSchemaStmt = NULL;
-	if (*pp != NULL && *pp == conn->pEnlistLast)
-		conn->pEnlistLast = NULL;
-	if (*pp != NULL && *pp == conn->apEnlistRan[0])
-		conn->apEnlistRan[0] = NULL;
-	if (*pp != NULL && *pp == conn->apEnlistRan[1])
-		conn->apEnlistRan[1] = NULL;
+	if (*pp != NULL)
+		conn->changes.nSum = -1;	/* the sum of counts no longer compares */
 	sqlite3_finalize(*pp);
 	*pp = NULL;
+}
+
+/* ---------------------------------------------------------------------
+ * What changed: the one change detector
+ *
+ * SQLite prepares a statement again before it runs when what it was
+ * prepared on changed: main's schema (its cookie, read as the statement
+ * starts, moved: DDL by this connection or another, committed or rolled
+ * back), TEMP's schema, ATTACH, DETACH, sqlite3_deserialize or a flag
+ * pragma (recursive_triggers...), the last four by expiring every
+ * statement of the connection. The watched statements, which name main's
+ * schema (the probe, the enlisting statements), therefore show any such
+ * change as a move of their SQLITE_STMTSTATUS_REPREPARE counts once they
+ * run: FenceChanges.gen moves then. The enlisting statement runs at the
+ * start of every transaction fence takes part in, for free; the probe
+ * runs only when that proves nothing:
+ *
+ *   - no watched statement ran in this transaction (it was joined through
+ *     fence_join, or none is open), unless the caller is a guard call
+ *     (FENCE_POLL_GUARD): one from a statement that fires a guard trigger
+ *     proves it alone, for each such trigger reads fence_join, so SQLite
+ *     plans a read of it (counted below) whenever it prepares the
+ *     statement, and it prepares it again, before it runs, after any change
+ *     of main's schema (by any connection, committed or rolled back); the
+ *     rest expires the probe. (A guard call from anywhere else proves
+ *     nothing by this: what it gets is an accept at the token already
+ *     highest, which fence_check gives anyone; a guard's write of
+ *     fence_tokens runs the probe first, fence.c.)
+ *   - a statement that reads fence's tables was prepared since one ran
+ *     (heldBestIndex counts them): that may follow a schema change made
+ *     inside this transaction, after it enlisted; a guard trigger's
+ *     statement prepared before the last run runs on the schema of then,
+ *     or SQLite would prepare it again;
+ *   - the probe has expired (a flag pragma, TEMP DDL, ATTACH);
+ *   - the caller asks (FENCE_POLL_STEP: a guard call about to write fence_tokens,
+ *     which may come from a statement that is not a guard's).
+ *
+ * An attached database's schema is not watched: ATTACH itself expires the
+ * probe, so admission checks each attached file once (fence_guard.c); a
+ * later change inside that file is outside what fence defends (SPEC.md,
+ * "Threat model").
+ * ------------------------------------------------------------------ */
+
+static const char probeSql[] = "SELECT 1 FROM main.sqlite_schema WHERE 0";
+
+static void
+changed(FenceConn *conn)
+{
+	if (++conn->changes.gen == 0)
+		conn->changes.gen = 1;
+	fenceGuardMemoForget(conn);
+}
+
+/* Something the counts cannot show may have changed (a rollback of DDL). */
+void
+fenceChangesBump(FenceConn *conn)
+{
+	changed(conn);
+}
+
+/* A watched statement ran: did any of them have to be prepared again? */
+static void
+sawRun(FenceConn *conn)
+{
+	FenceChanges *c = &conn->changes;
+	sqlite3_stmt *a[3] = {c->pProbe, conn->enlist.pEnlist, conn->enlist.pEnlistMain};
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < 3; i++)
+		if (a[i] != NULL)
+			n += sqlite3_stmt_status(a[i], SQLITE_STMTSTATUS_REPREPARE, 0);
+	if (n != c->nSum)
+	{
+		c->nSum = n;
+		changed(conn);
+	}
+	c->nBeginSeen = conn->txn.bEnlisted ? conn->enlist.nBegin : conn->enlist.nBegin - 1;
+	c->nPlannedSeen = c->nPlanned;
+}
+
+/*
+ * FENCE_CHANGES_GEN (fence_sqlite.h) when its shortcut does not answer:
+ * runs the probe. *pRc: SQLITE_OK, or the probe could not run (then the
+ * generation has moved too, and the caller refuses).
+ */
+FENCE_NOINLINE unsigned
+fenceChangesRun(FenceConn *conn, int *pRc)
+{
+	FenceChanges *c = &conn->changes;
+	int			rc = SQLITE_OK;
+
+	*pRc = SQLITE_OK;
+	if (c->pProbe == NULL)
+	{
+		rc = fenceHeldConnect(conn);
+		if (rc == SQLITE_OK)
+			rc = sqlite3_prepare_v3(conn->db, probeSql, -1, SQLITE_PREPARE_PERSISTENT,
+									&c->pProbe, NULL);
+		c->nSum = -1;
+	}
+	if (rc == SQLITE_OK)
+	{
+		rc = sqlite3_step(c->pProbe);
+		sqlite3_reset(c->pProbe);
+		rc = rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+	}
+	if (rc != SQLITE_OK)
+	{
+		*pRc = rc;
+		changed(conn);
+		return c->gen;
+	}
+	sawRun(conn);
+	return c->gen;
+}
+
+/* Finalize every cached statement: fence_held.c's, then the other files' (pHooks). */
+static void
+heldFinalize(FenceConn *conn)
+{
+	fenceEnlistForget(conn, &conn->enlist.pEnlist);
+	fenceEnlistForget(conn, &conn->enlist.pEnlistMain);
+	sqlite3_finalize(conn->changes.pProbe);
+	conn->changes.pProbe = NULL;
+	conn->changes.nSum = -1;
+	conn->pHooks->xFinalize(conn);
 }

@@ -41,6 +41,7 @@ static void
 hookFinalize(FenceConn *conn)
 {
 	fenceFinalizeStatements(conn);
+	fenceGuardFinalize(conn);
 	fenceLeaseFinalize(conn);
 }
 
@@ -78,7 +79,7 @@ hookRolledBackTo(FenceConn *conn)
 
 static const FenceHooks fenceHooks = {
 	hookFinalize, hookFree, hookTxnStartOver, fenceCacheTxnEnd, hookRolledBack,
-	hookRolledBackTo, fenceCacheSchemaChanged, fenceConnRelease
+	hookRolledBackTo, fenceConnRelease
 };
 
 /* ---------------------------------------------------------------------
@@ -114,9 +115,9 @@ functionAt(const FenceFunction *aCore, int nCore, int i)
  * sqlite3_malloc's memory is aligned to 8 bytes only.
  */
 #define FENCE_CACHE_LINE 64
-_Static_assert(offsetof(FenceConn, pJoined) == FENCE_CACHE_LINE,
+_Static_assert(offsetof(FenceConn, txn.pJoined) == FENCE_CACHE_LINE,
 			   "a memo-answered guard call reads FenceConn's first cache line only");
-_Static_assert(offsetof(FenceConn, held.n_entries) + sizeof(int) <= 2 * FENCE_CACHE_LINE,
+_Static_assert(offsetof(FenceConn, txn.held.n_entries) + sizeof(int) <= 2 * FENCE_CACHE_LINE,
 			   "a statement savepoint reads FenceConn's second cache line only");
 
 static FenceConn *
@@ -246,7 +247,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	conn->db = db;
 	conn->pHooks = &fenceHooks;
 	conn->cache.gen = 1;
-	conn->guardEpoch = 1;
+	conn->memo.guardEpoch = 1;
 
 	/* from here on the fence_held module owns conn, even when this fails */
 	rc = fenceHeldRegister(db, conn);

@@ -396,8 +396,9 @@ guardCalls(const ProtectSpec *spec, const char *zFunc, const char *zTail,
  * starts (fence_held.c), so that the guard need not run a statement of its
  * own to learn where the transaction ends; and it reads it (a DELETE finds
  * its rows first), so that SQLite plans a read of fence_join whenever it
- * prepares such a statement, which fence_guard.c counts to know when it
- * must read the schema again (admittedByCount). Of the forms that do both,
+ * prepares such a statement, which the change detector counts to know
+ * when it must look at the schema again (fence_held.c, "What changed").
+ * Of the forms that do both,
  * DELETE ... WHERE 0 costs the trigger's frame least. The comment
  * FENCE_GUARD_SHAPE marks the triggers of this shape; admission refuses a
  * guard whose triggers are of another (an older fence's).

@@ -2,12 +2,13 @@
  * fence_sqlite.h
  *
  * What the SQLite extension's files share: the per-connection state
- * (FenceConn), made of each module's own state, declared with that
- * module's functions: the token table and the undo log (fence_accept.c),
- * the highest-token cache (fence_cache.c), the leases (fence_lease.c); the
- * transaction's held fences (fence_held.c), the guard admission
- * (fence_guard.c) and the guard's memo (fence.c) are still fields of
- * FenceConn itself, each marked with the file that owns it.
+ * (FenceConn), made of each module's own state, one owner file each: the
+ * token table and the undo log (fence_accept.c), the highest-token cache
+ * (fence_cache.c), the leases (fence_lease.c), the transaction's held
+ * fences, enlisting and the change detector (fence_held.c), the guard
+ * admission (fence_guard.c), the guard's memo and the guard call under way
+ * (fence.c). Other files read them and change them through the owner's
+ * functions (fenceGuardMemoForget, fenceHeldSet: inline below).
  */
 #ifndef FENCE_SQLITE_H
 #define FENCE_SQLITE_H
@@ -16,6 +17,8 @@
 #include <string.h>
 #include "../core/fence_core.h"
 #include "../core/fence_held.h"
+
+SQLITE_EXTENSION_INIT3			/* for the inline functions below */
 
 /* A guard id admitted in this schema generation (fence_guard.c). */
 typedef struct FenceGuardSeen
@@ -131,16 +134,16 @@ typedef struct FenceCache
 	int			bRecorded;		/* version describes what the entries hold */
 	unsigned	version;		/* main's data version after the last recorded commit */
 	int			bTxnWrote;		/* fence wrote fence_tokens in this transaction */
+	unsigned	schemaGen;		/* FenceChanges.gen the entries were filled in */
 	FenceHint	aHint[FENCE_HINTS];
 } FenceCache;
 
-void		fenceCacheTxnBegin(struct FenceConn *conn, int bUsable);
+void		fenceCacheTxnBegin(struct FenceConn *conn, int bUsable, unsigned schemaGen);
 void		fenceCacheSet(struct FenceConn *conn, const char *z, int n, int bHas,
 						  sqlite3_int64 highest);
 void		fenceCacheForgetOne(struct FenceConn *conn, const char *z, int n);
 void		fenceCacheForget(struct FenceConn *conn);
 void		fenceCacheWrote(struct FenceConn *conn);
-void		fenceCacheSchemaChanged(struct FenceConn *conn);
 void		fenceCacheTxnEnd(struct FenceConn *conn, int bCommitted);
 void		fenceCacheRolledBackTo(struct FenceConn *conn);
 void		fenceCacheFree(struct FenceConn *conn);
@@ -175,9 +178,78 @@ typedef struct FenceHooks
 	void		(*xCacheTxnEnd) (struct FenceConn *, int bCommitted);
 	void		(*xRolledBack) (struct FenceConn *);	/* before xTxnStartOver */
 	void		(*xRolledBackTo) (struct FenceConn *);
-	void		(*xSchemaChanged) (struct FenceConn *);
 	void		(*xRelease) (struct FenceConn *);	/* drop a reference (fence_stats.c) */
 } FenceHooks;
+
+/*
+ * The one change detector (fence_held.c, "What changed"): gen moves
+ * whenever something fence depends on may have changed: main's or TEMP's
+ * schema (DDL by this connection or another), ATTACH/DETACH, a flag
+ * pragma such as recursive_triggers. Each consumer (guard admission, the
+ * recursive_triggers check, the cache) remembers the gen its knowledge is
+ * of, and asks FENCE_CHANGES_GEN.
+ */
+typedef struct FenceChanges
+{
+	unsigned	gen;			/* never 0 once polled */
+	sqlite3_stmt *pProbe;		/* names main's schema, never returns a row */
+	int			nSum;			/* reprepare counts of pProbe, pEnlist, pEnlistMain then */
+	unsigned	nBeginSeen;		/* the transaction a watched statement last ran in */
+	sqlite3_uint64 nPlanned;	/* statements planned that read fence's tables */
+	sqlite3_uint64 nPlannedSeen;	/* nPlanned when a watched statement last ran */
+} FenceChanges;
+
+/*
+ * The guard's memo (fence.c, "The guard's memo"): FenceConn's first cache
+ * line. guardEpoch moves on any change (fenceGuardMemoForget).
+ */
+typedef struct FenceMemo
+{
+	unsigned	guardEpoch;
+	sqlite3_uint64 nMemoAccepts;	/* accepts the memo answered, not yet in fence_stats */
+	FenceGuardMemo memoWrite;
+	FenceGuardMemo memoFenced;
+} FenceMemo;
+
+/*
+ * What the open transaction holds (fence_held.c, its one writer): the
+ * second cache line, read by SQLite's statement savepoint (heldSavepoint).
+ */
+typedef struct FenceTxn
+{
+	sqlite3_vtab *pJoined;		/* fence_txn joined the transaction through this table */
+	int			nMark;
+	int			nMarkAlloc;
+	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
+	int			aMarkFirst[FENCE_MARKS_FIRST];	/* aMark's first array, never freed */
+	FenceHeld	held;			/* what the open transaction holds */
+	int			bEnlisted;		/* fence_held is part of the open transaction */
+	int			bBroken;		/* out of memory: what is held is unknown */
+} FenceTxn;
+
+/* How fence joins transactions (fence_held.c). */
+typedef struct FenceEnlist
+{
+	int			nRef;			/* the module and each connected table */
+	int			bVtabConnected; /* the eponymous fence_held is connected */
+	unsigned	nBegin;			/* transactions fence_txn has joined */
+	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
+	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
+} FenceEnlist;
+
+/* Guard admission (fence_guard.c). */
+typedef struct FenceAdmission
+{
+	FenceGuardSeen *aGuard;		/* ids admitted in generation admittedGen */
+	int			nGuard;
+	int			nGuardAlloc;
+	unsigned	admittedGen;	/* FenceChanges.gen aGuard holds for */
+	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
+	unsigned	recursiveGen;	/* FenceChanges.gen bRecursive was read in */
+	int			bRecursive;		/* PRAGMA recursive_triggers then */
+	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
+	sqlite3_stmt *pJournalMode;
+} FenceAdmission;
 
 typedef struct FenceConn
 {
@@ -189,62 +261,20 @@ typedef struct FenceConn
 	 * over more lines they were fetched again at every statement, the
 	 * statement's page copies having evicted them (BENCHMARKS.md).
 	 */
-	/* what a guard call passed last (fence.c); guardEpoch moves on any change */
-	unsigned	guardEpoch;
-	sqlite3_uint64 nMemoAccepts;	/* accepts the memo answered, not yet in fence_stats */
-	FenceGuardMemo memoWrite;
-	FenceGuardMemo memoFenced;
-	/* the second line */
-	sqlite3_vtab *pJoined;		/* fence_txn joined the transaction through this table */
-	int			nMark;
-	int			nMarkAlloc;
-	int		   *aMark;			/* aMark[k]: log length when savepoint k opened */
-	int			aMarkFirst[FENCE_MARKS_FIRST];	/* aMark's first array, never freed */
-	FenceHeld	held;			/* what the open transaction holds */
-	int			bEnlisted;		/* fence_held is part of the open transaction */
-	int			bBroken;		/* out of memory: what is held is unknown */
+	FenceMemo	memo;			/* fence.c */
+	FenceTxn	txn;			/* fence_held.c */
 
 	/* fence_init.c */
 	sqlite3    *db;
 	void	   *pAlloc;			/* what fenceConnAlloc allocated, for sqlite3_free */
-	/* fence_held.c */
-	int			nRef;			/* the module and each connected table */
-	int			bVtabConnected; /* the eponymous fence_held is connected */
-	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
-	unsigned	nBegin;			/* transactions fence_txn has joined */
+	FenceEnlist enlist;			/* fence_held.c */
 	FenceUndoLog undo;			/* fence_accept.c */
 	FenceTokenTable tokens;		/* fence_accept.c */
-	int			bInGuard;		/* the accept under way is a guard's (no undo log; fence.c) */
-	/* fence_held.c: the enlisting statements */
-	sqlite3_stmt *pEnlist;		/* through temp.fence_enlist (or main, see fence_held.c) */
-	sqlite3_stmt *pEnlistMain;	/* through main.fence_txn, once main is being written */
-	/* schema changes, seen through the enlisting statement (fence_held.c) */
-	sqlite3_stmt *pEnlistLast;	/* the one the open transaction ran */
-	int			bEnlistSchemaSame;	/* and it ran on the schema last checked */
-	sqlite3_stmt *apEnlistRan[2];	/* pEnlist, pEnlistMain when they last ran */
-	int			anEnlistRan[2]; /* and their SQLITE_STMTSTATUS_REPREPARE then */
-	sqlite3_stmt *pSchemaStmt;	/* the statement the schema was last checked with */
-	int			nSchemaReprepare;	/* and its SQLITE_STMTSTATUS_REPREPARE then */
-	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
-	sqlite3_stmt *pSchemaProbe;	/* names main's schema, does nothing (fence_guard.c) */
-	sqlite3_stmt *pProbeSeen;	/* pSchemaProbe when it last ran */
-	int			nProbeSeen;		/* and its SQLITE_STMTSTATUS_REPREPARE then */
-	/* guard admission (fence_guard.c) */
-	FenceGuardSeen *aGuard;		/* ids admitted since the schema last changed */
-	int			nGuard;
-	int			nGuardAlloc;
-	int			bGuardTxnChecked;	/* the schema generation was checked in this txn */
-	int			bByCount;		/* the guard call under way was admitted by the count */
-	int			bSchemaFresh;	/* the guard call under way reads the schema, shortcuts none */
-	sqlite3_uint64 nJoinPlanned;	/* statements planned that read fence's tables */
-	sqlite3_uint64 nJoinPlannedChecked; /* nJoinPlanned when the schema was last read */
-	sqlite3_int64 cookieMain;	/* the schema versions aGuard was checked against */
-	sqlite3_int64 cookieTemp;
-	sqlite3_stmt *pProbeMain;
-	sqlite3_stmt *pProbeTemp;
-	sqlite3_stmt *pJournalMode;
-	sqlite3_stmt *pRecursiveSeen;	/* expires when recursive_triggers may change */
-	int			bRecursive;		/* PRAGMA recursive_triggers when it was prepared */
+	/* fence.c: the guard call under way */
+	int			bInGuard;		/* its accept is a guard's (no undo log) */
+	int			bSchemaFresh;	/* it runs the detector's probe, shortcuts none */
+	FenceChanges changes;		/* the change detector (fence_held.c) */
+	FenceAdmission guard;		/* fence_guard.c */
 	FenceLeases lease;			/* fence_lease.c */
 	/* fence_stats (fence_stats.c): this connection's counts since it opened */
 	struct FenceStats *pStats;
@@ -280,7 +310,7 @@ fenceCacheGet(const FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 	const FenceHint *h = &conn->cache.aHint[fenceCacheSlot(z, n)];
 
 	if (conn->cache.txn == FENCE_CACHE_TXN_ON && h->gen == conn->cache.gen &&
-		h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
+		conn->cache.schemaGen == conn->changes.gen && h->z != NULL && h->bHas && h->highest >= token && h->n == n &&
 		memcmp(h->z, z, (size_t) n) == 0)
 		return h;
 	return NULL;
@@ -310,8 +340,8 @@ int			fenceValueInt64(sqlite3_value *v, sqlite3_int64 *p);
 static inline void
 fenceGuardMemoForget(FenceConn *conn)
 {
-	if (++conn->guardEpoch == 0)
-		conn->guardEpoch = 1;
+	if (++conn->memo.guardEpoch == 0)
+		conn->memo.guardEpoch = 1;
 }
 
 /*
@@ -330,7 +360,7 @@ static inline int
 fenceHeldSet(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 {
 	fenceGuardMemoForget(conn);
-	return fence_held_set(&conn->held, z, (size_t) n, token, 0);
+	return fence_held_set(&conn->txn.held, z, (size_t) n, token, 0);
 }
 
 /* fence_held.c */
@@ -339,8 +369,39 @@ void		fenceConnRelease(FenceConn *conn);
 void		fenceHeldUnregister(sqlite3 *db);
 int			fenceHeldConnect(FenceConn *conn);
 int			fenceHeldEnlist(FenceConn *conn, int bLockMain);
-void		fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp);
 int			fenceHeldCreateEnlist(FenceConn *conn);
+/* FENCE_CHANGES_GEN's callers */
+#define FENCE_POLL_ANY 0		/* any caller */
+#define FENCE_POLL_GUARD 1		/* a guard call (fence_held.c, "What changed") */
+#define FENCE_POLL_STEP 2		/* run the probe whatever else says */
+unsigned	fenceChangesRun(FenceConn *conn, int *pRc);
+
+/*
+ * Nothing can have changed since a watched statement last ran (fence_held.c,
+ * "What changed"). A library built without deprecated APIs has no
+ * sqlite3_expired: the probe runs then.
+ */
+static inline int
+fenceChangesNone(const FenceConn *conn, int mode)
+{
+	const FenceChanges *c = &conn->changes;
+
+	return mode != FENCE_POLL_STEP && c->pProbe != NULL && conn->txn.bEnlisted &&
+		(mode == FENCE_POLL_GUARD || c->nBeginSeen == conn->enlist.nBegin) &&
+		c->nPlannedSeen == c->nPlanned &&
+		sqlite3_api->expired != NULL && !sqlite3_expired(c->pProbe);
+}
+
+/*
+ * The change detector's generation now (what a caller learnt in an earlier
+ * one no longer holds): fenceChangesNone's shortcut, else fenceChangesRun,
+ * whose *pRc is SQLITE_OK or says the probe could not run (the caller
+ * refuses).
+ */
+#define FENCE_CHANGES_GEN(conn, mode, pRc) \
+	(fenceChangesNone((conn), (mode)) ? (*(pRc) = SQLITE_OK, (conn)->changes.gen) : \
+	 fenceChangesRun((conn), (pRc)))
+void		fenceChangesBump(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
 /* fence_loaded()'s pointer type: only C code can make such a value (fence.c) */
@@ -432,8 +493,8 @@ int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idAr
 							const char **pzRes, int *pnRes, int bKeyed);
 void		fenceGuardTxnEnded(FenceConn *conn);
 void		fenceGuardRolledBack(FenceConn *conn);
-int			fenceSchemaCheck(FenceConn *conn);
 void		fenceGuardFree(FenceConn *conn);
+void		fenceGuardFinalize(FenceConn *conn);
 
 
 /* fence_protect.c */

@@ -83,11 +83,11 @@ fenceStatsCount(FenceConn *conn, int slot, int bStale, sqlite3_int64 token)
 static inline void
 fenceStatsSettleMemo(FenceConn *conn)
 {
-	if (conn->nMemoAccepts > 0)
+	if (conn->memo.nMemoAccepts > 0)
 	{
-		conn->pStats->a[conn->memoWrite.statsSlot].counts.accepted +=
-			(sqlite3_int64) conn->nMemoAccepts;
-		conn->nMemoAccepts = 0;
+		conn->pStats->a[conn->memo.memoWrite.statsSlot].counts.accepted +=
+			(sqlite3_int64) conn->memo.nMemoAccepts;
+		conn->memo.nMemoAccepts = 0;
 	}
 }
 

@@ -205,6 +205,41 @@ def main():
        "a UNIQUE index made by another connection after this one wrote the table: its next "
        "REPLACE through it, with recursive_triggers off, is refused and j:1's row stays",
        "first: %r\nerror: %r\nrows: %r" % (first, err, rows))
+
+    # the same two changes made inside one transaction, after its first guarded
+    # write admitted the guard: seen by the next write of that transaction, one
+    # at a token the transaction already holds (so that nothing is written to
+    # fence_tokens, which reads the schema anyway)
+    path = os.path.join(work, "intxn.db")
+    a = connect(path, recursive=False)
+    a.execute("PRAGMA recursive_triggers = OFF")  # some builds default to ON
+    a.executescript("""
+        CREATE TABLE j(id INTEGER PRIMARY KEY, v TEXT, tok INTEGER);
+        SELECT fence_protect('j', 'tok', 'j:', 'id');
+        INSERT INTO j VALUES (1, 'x', 100);
+    """)
+    err = script(a, ["BEGIN", "INSERT INTO j VALUES (2, 'y', 1)",
+                     "CREATE UNIQUE INDEX j_v ON j(v)",
+                     "INSERT OR REPLACE INTO j VALUES (2, 'x', 1)", "COMMIT"], rollback=True)
+    a.close()
+    c = connect(path, load=False, recursive=False)
+    rows = c.execute("SELECT id, v, tok FROM j ORDER BY id").fetchall()
+    c.close()
+    ok(err is not None and "recursive_triggers" in err and rows == [(1, "x", 100)],
+       "a UNIQUE index made inside the transaction after its first write: a REPLACE "
+       "through it at the held j:2, with recursive_triggers off, is refused and nothing commits",
+       "error: %r\nrows: %r" % (err, rows))
+
+    path = fresh("toggle_txn")
+    c = connect(path, recursive=True)
+    err = script(c, ["BEGIN", "INSERT INTO t VALUES ('d', 'ud', 0, 1)",
+                     "PRAGMA recursive_triggers = OFF",
+                     "UPDATE t SET v = 1 WHERE k = 'd'", "COMMIT"], rollback=True)
+    c.close()
+    rows, _ = committed(path, "t")
+    ok(err is not None and "recursive_triggers" in err and [r[0] for r in rows] == ["a", "b"],
+       "recursive_triggers turned off inside a transaction after a write: the next write "
+       "of the same row at its held token is refused, nothing commits", "error: %r\nrows: %r" % (err, rows))
     return check.status()
 
 
