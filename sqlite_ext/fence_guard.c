@@ -139,7 +139,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 								"SELECT g.resource, g.keyed, g.uniques, s.tbl_name, "
 								"(SELECT count(*) - sum(instr(t.sql, ?2) > 0) "
 								"FROM main.sqlite_schema AS t WHERE t.type = 'trigger' AND "
-								"substr(t.name, 1, length(g.id) + 7) = 'fence:' || g.id || ':') "
+								"substr(t.name, 1, length(g.id) + 7) = 'fence:' || g.id || ':'), "
+								"instr(s.sql, 'OLD.\"' || replace(g.uniques, '\"', '\"\"') || '\"') > 0 "
 								"FROM main.fence_guards AS g "
 								"JOIN main.sqlite_schema AS s ON s.type = 'trigger' "
 								"AND s.name = 'fence:' || g.id || ':delete' WHERE g.id = ?1",
@@ -176,11 +177,19 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 		sqlite3_result_error_nomem(ctx);
 	else
 	{
-		/* a per-row guard: fence_guards.uniques names the key column */
+		/*
+		 * A per-row guard: fence_guards.uniques names the key column as
+		 * fence_protect found it. A RENAME COLUMN rewrites the triggers but
+		 * not that record, and another column may take the old name (a
+		 * migration that renames the key, then the primary key to the key's
+		 * old name): unless the delete trigger still names the recorded
+		 * column, take the table as one a REPLACE can reach across keys.
+		 */
 		ok = 1;
 		bNeedsRecursive = bKeyed &&
-			fenceReplaceReaches(db, (const char *) sqlite3_column_text(stmt, 3),
-								(const char *) sqlite3_column_text(stmt, 2));
+			(sqlite3_column_int(stmt, 5) == 0 ||
+			 fenceReplaceReaches(db, (const char *) sqlite3_column_text(stmt, 3),
+								 (const char *) sqlite3_column_text(stmt, 2)));
 	}
 	sqlite3_finalize(stmt);
 	if (!ok)

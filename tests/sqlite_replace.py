@@ -240,6 +240,34 @@ def main():
     ok(err is not None and "recursive_triggers" in err and [r[0] for r in rows] == ["a", "b"],
        "recursive_triggers turned off inside a transaction after a write: the next write "
        "of the same row at its held token is refused, nothing commits", "error: %r\nrows: %r" % (err, rows))
+
+    # a migration renames the key column, then gives its old name to the
+    # primary key: the guard must go by the column its triggers name
+    for shape, ddl, swap in (
+            ("rowid", "CREATE TABLE acct(rid INTEGER PRIMARY KEY, id TEXT, bal INTEGER, tok INTEGER)",
+             ["ALTER TABLE acct RENAME COLUMN id TO name", "ALTER TABLE acct RENAME COLUMN rid TO id"]),
+            ("WITHOUT ROWID", "CREATE TABLE acct(pk TEXT PRIMARY KEY, id TEXT, bal INTEGER, "
+             "tok INTEGER) WITHOUT ROWID",
+             ["ALTER TABLE acct RENAME COLUMN id TO owner", "ALTER TABLE acct RENAME COLUMN pk TO id"])):
+        path = os.path.join(work, "swap_%s.db" % shape.split()[0])
+        c = connect(path, recursive=True)
+        key1, key2 = ("1", "2") if shape == "WITHOUT ROWID" else (1, 2)
+        script(c, [ddl, "SELECT fence_protect('acct', 'tok', 'acct:', 'id')", "BEGIN",
+                   "SELECT fence_check('acct:alice', 50), fence_check('acct:bob', 7)",
+                   "INSERT INTO acct VALUES (%r, 'alice', 100, 50)" % (key1,),
+                   "INSERT INTO acct VALUES (%r, 'bob', 100, 7)" % (key2,), "COMMIT"] + swap)
+        c.close()
+        c = connect(path, recursive=False)
+        err = script(c, ["INSERT OR REPLACE INTO acct VALUES (%r, 'bob', 0, 7)" % (key1,)],
+                     rollback=True)
+        c.close()
+        c = connect(path, load=False, recursive=False)
+        rows = c.execute("SELECT bal, tok FROM acct ORDER BY tok").fetchall()
+        c.close()
+        ok(err is not None and rows == [(100, 7), (100, 50)],
+           "%s table: the key column renamed and its old name given to the primary key; "
+           "a REPLACE onto alice's row with recursive_triggers off is refused, her row stays"
+           % shape, "error: %r\nrows: %r" % (err, rows))
     return check.status()
 
 
