@@ -348,8 +348,14 @@ findAdmitted(const FenceConn *conn, sqlite3_int64 id, const char *zRes, int nRes
  * DELETE guard for each row it deletes. SQLite compiles that choice into
  * each statement as it prepares it, and setting the pragma (like every
  * flag pragma) expires every prepared statement of the connection, which
- * moves the change detector's generation: the value read holds within
- * one. Reading the pragma costs a prepare, about 9,000 instructions.
+ * moves the change detector's generation. But SQLite applies the setting
+ * when it prepares the pragma and expires the statements only when it runs
+ * it: a pragma cancelled at its first step (a progress handler's timeout,
+ * sqlite3_interrupt) changes the setting unseen. So the value is also read
+ * again in each transaction (tests/sqlite_replace.py, "cancelled"); a
+ * cancel inside a transaction after its first guarded write stays unseen
+ * (docs/sqlite-guarantees.md). Reading costs a prepare, about 9,000
+ * instructions, once per transaction of a table that needs the setting.
  */
 static int
 recursiveTriggersOn(FenceConn *conn, int *pbOn)
@@ -358,8 +364,10 @@ recursiveTriggersOn(FenceConn *conn, int *pbOn)
 	int			rc;
 	unsigned	gen = FENCE_CHANGES_GEN(conn, FENCE_POLL_GUARD, &rc);
 
-	if (rc == SQLITE_OK && gen != conn->guard.recursiveGen)
+	if (rc == SQLITE_OK && (gen != conn->guard.recursiveGen || !conn->txn.bEnlisted ||
+							conn->enlist.nBegin != conn->guard.recursiveTxn))
 	{
+		conn->guard.recursiveTxn = conn->enlist.nBegin;
 		rc = sqlite3_prepare_v2(conn->db, "PRAGMA recursive_triggers", -1, &p, NULL);
 		if (rc == SQLITE_OK)
 			rc = sqlite3_step(p) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(conn->db);

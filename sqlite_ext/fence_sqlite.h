@@ -246,6 +246,7 @@ typedef struct FenceAdmission
 	unsigned	admittedGen;	/* FenceChanges.gen aGuard holds for */
 	int			bAdmittedInTxn; /* a guard was admitted in this transaction */
 	unsigned	recursiveGen;	/* FenceChanges.gen bRecursive was read in */
+	unsigned	recursiveTxn;	/* and FenceEnlist.nBegin then */
 	int			bRecursive;		/* PRAGMA recursive_triggers then */
 	int			bJournalChecked;	/* this transaction's journal can undo a refusal */
 	sqlite3_stmt *pJournalMode;

@@ -26,6 +26,7 @@ Usage: /usr/bin/python3 tests/sqlite_replace.py
 """
 import atexit
 import os
+import sqlite3
 import shutil
 import sys
 import tempfile
@@ -240,6 +241,33 @@ def main():
     ok(err is not None and "recursive_triggers" in err and [r[0] for r in rows] == ["a", "b"],
        "recursive_triggers turned off inside a transaction after a write: the next write "
        "of the same row at its held token is refused, nothing commits", "error: %r\nrows: %r" % (err, rows))
+
+    # PRAGMA recursive_triggers = OFF cancelled at its first step (a
+    # statement timeout through a progress handler): SQLite has applied it
+    # when preparing it but expired nothing, so the guard must read the
+    # setting again in the next transaction
+    path = fresh("cancelled_pragma")
+    c = connect(path, recursive=True)
+    c.execute("BEGIN")
+    c.execute("SELECT fence_check('t:b', 5)")
+    c.execute("UPDATE t SET v = 1 WHERE k = 'b'")
+    c.execute("COMMIT")
+    c.set_progress_handler(lambda: 1, 1)
+    try:
+        c.execute("PRAGMA recursive_triggers = OFF")
+    except sqlite3.OperationalError:
+        pass
+    c.set_progress_handler(None, 1)
+    setting = c.execute("PRAGMA recursive_triggers").fetchone()[0]
+    err = script(c, ["BEGIN", "SELECT fence_check('t:b', 5)",
+                     "INSERT OR REPLACE INTO t VALUES ('b', 'ua', 2, 5)", "COMMIT"], rollback=True)
+    c.close()
+    rows, tokens = committed(path, "t")
+    ok(setting == 0 and err is not None and "recursive_triggers" in err and
+       [r[0] for r in rows] == ["a", "b"],
+       "recursive_triggers=OFF cancelled by a progress handler (applied, nothing expired): the "
+       "next transaction's REPLACE through another UNIQUE index is refused, a's row stays",
+       "setting: %r\nerror: %r\nrows: %r" % (setting, err, rows))
 
     # a migration renames the key column, then gives its old name to the
     # primary key: the guard must go by the column its triggers name
