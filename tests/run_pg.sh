@@ -115,34 +115,29 @@ fi
 # the SQL edition's pg_tle form, as CREATE EXTENSION runs it (Debian's
 # server only: it has extension_destdir)
 [ "$FENCE_EDITION" = sql ] && [ "$FENCE_PG_MAJOR" = 15 ] && bash tests/tools/sql_edition_tle_check.sh
-# the invariant under eight racing connections, on every major
-if [ "$FENCE_EDITION" = sql ]; then
-	race_out=$(mktemp)
-	(cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/tests/tools/sql_edition_race.py") 2>&1 | tee "$race_out"
+# run_reported SCRIPT [VAR=VALUE...]: a Python test run in $PG_WORK with
+# those variables; an exit that reported no failure of its own counts as one
+run_reported() {
+	local script=$1 out status
+	shift
+	out=$(mktemp)
+	(cd "$PG_WORK" && env "$@" "$PYTHON" "$FENCE_ROOT/$script") 2>&1 | tee "$out"
 	status=${PIPESTATUS[0]}
-	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$race_out"; then
-		echo "not ok - sql_edition_race.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
+	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$out"; then
+		echo "not ok - $(basename "$script") (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
 	fi
-	rm -f "$race_out"
+	rm -f "$out"
+}
+if [ "$FENCE_EDITION" = sql ]; then
+	# the invariant under eight racing connections, on every major
+	run_reported tests/tools/sql_edition_race.py
 	# an acknowledged advance survives a crash whatever synchronous_commit
 	# the transaction set after it (docs/sql-edition.md, row 21); restarts
 	# this cluster
-	sync_out=$(mktemp)
-	(cd "$PG_WORK" && PG_BINDIR=$PG_BINDIR "$PYTHON" "$FENCE_ROOT/tests/tools/sql_edition_sync_commit.py") 2>&1 | tee "$sync_out"
-	status=${PIPESTATUS[0]}
-	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$sync_out"; then
-		echo "not ok - sql_edition_sync_commit.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
-	fi
-	rm -f "$sync_out"
+	run_reported tests/tools/sql_edition_sync_commit.py PG_BINDIR="$PG_BINDIR"
 	# connections of one holder advancing to one new token at once (the C
 	# edition runs it with the other tests/pg_*.py below)
-	st_out=$(mktemp)
-	(cd "$PG_WORK" && "$PYTHON" "$FENCE_ROOT/tests/pg_same_token_advance.py") 2>&1 | tee "$st_out"
-	status=${PIPESTATUS[0]}
-	if [ "$status" -ne 0 ] && ! grep -q '^not ok - ' "$st_out"; then
-		echo "not ok - pg_same_token_advance.py (pg$FENCE_PG_MAJOR) exited with status $status before reporting a failure"
-	fi
-	rm -f "$st_out"
+	run_reported tests/pg_same_token_advance.py
 fi
 # the Python tests exercise the C edition's internals and its library
 [ "$FENCE_EDITION" = sql ] && exit 0
