@@ -281,8 +281,6 @@ resultAccept(sqlite3_context *ctx, const char *z, int n, sqlite3_int64 token, in
 		return 0;
 	}
 	rc = fenceAccept(conn, z, n, token, &stale, &highest);
-	if (rc == FENCE_RC_READ_SCHEMA)
-		return -1;				/* nothing changed: guardWriteChecked admits again */
 	if (rc == SQLITE_OK)
 		fenceStatsCount(conn, slot, stale, token);
 	if (rc != SQLITE_OK)
@@ -470,7 +468,6 @@ guardWriteChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value
 	int			rc;
 
 	/* admission is cached per transaction, which enlisting opens */
-	conn->bSchemaFresh = 0;
 	rc = fenceHeldEnlist(conn, 0);
 	if (rc != SQLITE_OK)
 	{
@@ -491,14 +488,6 @@ guardWriteChecked(sqlite3_context *ctx, FenceConn *conn, int argc, sqlite3_value
 
 		conn->bInGuard = 1;
 		bAccepted = resultAccept(ctx, z, n, token, 0);
-		if (bAccepted < 0)
-		{
-			/* it would write fence_tokens: read the schema, admit again, accept */
-			conn->bSchemaFresh = 1;
-			bAccepted = guardResource(ctx, conn, argv, argc == 4, buf, &z, &n) &&
-				resultAccept(ctx, z, n, token, 0) > 0;
-			conn->bSchemaFresh = 0;
-		}
 		conn->bInGuard = bWasInGuard;
 		if (bAccepted && argc == 2 && conn->txn.bEnlisted && !conn->txn.bBroken)
 		{

@@ -620,16 +620,6 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	}
 	if (verdict != FENCE_ACCEPT_EQUAL)
 	{
-		/*
-		 * Only fence's own guards may write fence_tokens through a guard
-		 * function, and the call may be another caller's (a view, a
-		 * trigger) made after the schema was last looked at: admitted on
-		 * the change detector's shortcut (FENCE_POLL_GUARD). Its caller
-		 * runs the detector's probe now and admits it again before the
-		 * write.
-		 */
-		if (conn->bInGuard && !conn->bSchemaFresh)
-			return FENCE_RC_READ_SCHEMA;
 		if (outer && undoNote(conn, z, n, has, highest, zAt) != SQLITE_OK)
 			return SQLITE_NOMEM;
 		int			bWrote;

@@ -444,8 +444,7 @@ fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,
 	if (!journalWorks(ctx, conn))
 		return 0;
 	id = sqlite3_value_int64(idArg);
-	gen = FENCE_CHANGES_GEN(conn, conn->bSchemaFresh ? FENCE_POLL_STEP :
-						   FENCE_POLL_GUARD, &rc);
+	gen = FENCE_CHANGES_GEN(conn, FENCE_POLL_GUARD, &rc);
 	if (rc != SQLITE_OK)
 	{
 		refuse(ctx, rc, sqlite3_mprintf("fence guard: cannot read the schema: %s",

@@ -856,18 +856,15 @@ fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
  *     plans a read of it (counted below) whenever it prepares the
  *     statement, and it prepares it again, before it runs, after any change
  *     of main's schema (by any connection, committed or rolled back); the
- *     rest expires the probe. (A guard call from anywhere else proves
- *     nothing by this: what it gets is an accept at the token already
- *     highest, which fence_check gives anyone; a guard's write of
- *     fence_tokens runs the probe first, fence.c.)
+ *     rest expires the probe. (A guard function called from anywhere but
+ *     a guard trigger is code written around fence: SPEC.md "Threat
+ *     model".)
  *   - a statement that reads fence's tables was prepared since one ran
  *     (heldBestIndex counts them): that may follow a schema change made
  *     inside this transaction, after it enlisted; a guard trigger's
  *     statement prepared before the last run runs on the schema of then,
  *     or SQLite would prepare it again;
- *   - the probe has expired (a flag pragma, TEMP DDL, ATTACH);
- *   - the caller asks (FENCE_POLL_STEP: a guard call about to write fence_tokens,
- *     which may come from a statement that is not a guard's).
+ *   - the probe has expired (a flag pragma, TEMP DDL, ATTACH).
  *
  * An attached database's schema is not watched: ATTACH itself expires the
  * probe, so admission checks each attached file once (fence_guard.c); a

@@ -273,7 +273,6 @@ typedef struct FenceConn
 	FenceTokenTable tokens;		/* fence_accept.c */
 	/* fence.c: the guard call under way */
 	int			bInGuard;		/* its accept is a guard's (no undo log) */
-	int			bSchemaFresh;	/* it runs the detector's probe, shortcuts none */
 	FenceChanges changes;		/* the change detector (fence_held.c) */
 	FenceAdmission guard;		/* fence_guard.c */
 	FenceLeases lease;			/* fence_lease.c */
@@ -374,7 +373,6 @@ int			fenceHeldCreateEnlist(FenceConn *conn);
 /* FENCE_CHANGES_GEN's callers */
 #define FENCE_POLL_ANY 0		/* any caller */
 #define FENCE_POLL_GUARD 1		/* a guard call (fence_held.c, "What changed") */
-#define FENCE_POLL_STEP 2		/* run the probe whatever else says */
 unsigned	fenceChangesRun(FenceConn *conn, int *pRc);
 
 /*
@@ -387,7 +385,7 @@ fenceChangesNone(const FenceConn *conn, int mode)
 {
 	const FenceChanges *c = &conn->changes;
 
-	return mode != FENCE_POLL_STEP && c->pProbe != NULL && conn->txn.bEnlisted &&
+	return c->pProbe != NULL && conn->txn.bEnlisted &&
 		(mode == FENCE_POLL_GUARD || c->nBeginSeen == conn->enlist.nBegin) &&
 		c->nPlannedSeen == c->nPlanned &&
 		sqlite3_api->expired != NULL && !sqlite3_expired(c->pProbe);
@@ -542,7 +540,6 @@ FENCE_EXPORT int sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 #define FENCE_RC_REENTERED (-2)
 #define FENCE_RC_SHADOWED  (-3)
 #define FENCE_RC_UNTRUSTED (-4)	/* conn->zSavedErr says what fence cannot trust */
-#define FENCE_RC_READ_SCHEMA (-5)	/* a guard's write must read the schema first */
 
 /* Result codes, documented in README.md. */
 #define FENCE_RC_STALE   SQLITE_CONSTRAINT_FUNCTION
