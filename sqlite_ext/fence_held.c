@@ -235,21 +235,6 @@ txnDisconnect(sqlite3_vtab *pVtab)
 	return SQLITE_OK;
 }
 
-/*
- * DROP TABLE temp.fence_enlist while it is the table that joined this
- * transaction: SQLite would stop calling it (xSync, xCommit), and with it
- * the check a commit must pass (heldSync: a write to a database attached
- * after an equal accept). Refused until the transaction ends (SQLite's
- * "database table is locked"); outside one it is dropped as it would be.
- */
-static int
-txnDestroy(sqlite3_vtab *pVtab)
-{
-	if (((HeldVtab *) pVtab)->conn->txn.pJoined == pVtab)
-		return SQLITE_LOCKED;
-	return txnDisconnect(pVtab);
-}
-
 static int
 heldBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 {
@@ -618,9 +603,13 @@ static const sqlite3_module heldModule = {
 	NULL						/* xShadowName */ \
 }
 
-/* fence_txn: the table that joins each transaction fence_check fences */
+/*
+ * fence_txn: the table that joins each transaction fence_check fences.
+ * Dropping temp.fence_enlist inside a transaction is an edit of fence's
+ * own state (docs/trust.md).
+ */
 static const sqlite3_module txnModule =
-	TXN_MODULE(txnConnect, txnDestroy);	/* xCreate, xDestroy: temp.fence_enlist */
+	TXN_MODULE(txnConnect, txnDisconnect);	/* xCreate, xDestroy: temp.fence_enlist */
 
 /*
  * fence_join: fence_txn again, for the guard triggers, whose bodies name it
