@@ -61,17 +61,7 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 	}
 	/* a table of the application's hides fence's: say that, not "not an error" */
 	sqlite3_result_error(ctx, rc == FENCE_RC_SHADOWED ? FENCE_SHADOWED_MSG : zMsg, -1);
-
-	/*
-	 * A statement of ours that ended without its row (SQLITE_DONE: an
-	 * authorizer answered SQLITE_IGNORE to a PRAGMA) must not become the
-	 * error code: SQLite ends a statement whose function reports
-	 * SQLITE_DONE without an error, and the refused write would look done.
-	 * Nor may fence's own negative codes (FENCE_RC_SHADOWED...): SQLite
-	 * takes a negative error code for no error at all, and the function's
-	 * result would be the message, not NULL, which the guard passes.
-	 */
-	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
+	sqlite3_result_error_code(ctx, fenceErrorCode(rc));	/* never a code <= 0 */
 	sqlite3_free(zMsg);
 }
 
@@ -313,10 +303,6 @@ journalWorks(sqlite3_context *ctx, FenceConn *conn)
 			   sqlite3_mprintf("fence guard refused: journal_mode=%s cannot undo a refused "
 							   "or interrupted write; use DELETE, TRUNCATE, PERSIST or WAL",
 							   zMode));
-	else if (rc == SQLITE_DONE)
-		refuse(ctx, SQLITE_AUTH,
-			   sqlite3_mprintf("fence guard refused: PRAGMA main.journal_mode returned no "
-							   "row, so it cannot tell whether a refused write can be undone"));
 	else
 		refuse(ctx, rc == SQLITE_ROW ? SQLITE_NOMEM : rc,
 			   sqlite3_mprintf("fence guard: cannot read PRAGMA journal_mode: %s",

@@ -12,7 +12,7 @@
  * main.fence_guards holds it (fence_guard.c): through ATTACH no call passes.
  *
  * Provides fenceProtectFunc and fenceUnprotectFunc (registered by
- * fence_init.c). Calls fence_schema_read.c (fenceIsRowidAlias,
+ * fence_init.c). Calls fence_schema_read.c (fenceReadInt, fenceIsRowidAlias,
  * fenceOwnTableShape).
  *
  * The triggers, for table T with token column C (if any) and resource R or
@@ -88,7 +88,7 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 	sqlite3    *db = sqlite3_context_db_handle(ctx);
 	sqlite3_stmt *stmt = NULL;
 	char	   *zFound = NULL;
-	int			bNull;
+	const char *zType;
 	int			rc;
 
 	rc = sqlite3_prepare_v2(db,
@@ -102,16 +102,10 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 	}
 	sqlite3_bind_text(stmt, 1, zName, -1, SQLITE_STATIC);
 	rc = sqlite3_step(stmt);
-	/* a NULL name or type: a read an authorizer blinded (SQLITE_IGNORE) */
-	bNull = rc == SQLITE_ROW && (sqlite3_column_type(stmt, 0) != SQLITE_TEXT ||
-								 sqlite3_column_type(stmt, 1) != SQLITE_TEXT);
-	if (bNull)
-		resultError(ctx, SQLITE_AUTH,
-					sqlite3_mprintf("%s: the schema entry of \"%s\" read back NULL; allow "
-									"reads of sqlite_schema", zFunc, zName));
-	else if (rc == SQLITE_ROW && strcmp((const char *) sqlite3_column_text(stmt, 1), "table") == 0)
+	zType = rc == SQLITE_ROW ? (const char *) sqlite3_column_text(stmt, 1) : NULL;
+	if (zType != NULL && strcmp(zType, "table") == 0)
 		zFound = sqlite3_mprintf("%s", (const char *) sqlite3_column_text(stmt, 0));
-	if (zFound == NULL && !bNull)
+	if (zFound == NULL)
 	{
 		if (rc == SQLITE_ROW)
 			resultError(ctx, SQLITE_ERROR,
@@ -135,58 +129,23 @@ lookupTable(sqlite3_context *ctx, const char *zFunc, const char *zName)
 	return zFound;
 }
 
+/*
+ * pragma_table_xinfo's "hidden" of the column: 0 an ordinary column, 2 or 3
+ * a generated one, -1 none (a virtual table's hidden columns, and the
+ * implicit "rowid" the metadata API knows, are none).
+ */
 static int
-isRealColumn(sqlite3 *db, const char *zTable, const char *zColumn)
+columnHidden(sqlite3 *db, const char *zTable, const char *zColumn)
 {
-	sqlite3_stmt *stmt = NULL;
-	int			bFound = 0;
-
-	/* table_xinfo: generated columns count (hidden 2 and 3), a vtab's hidden do not */
-	if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_xinfo(?1, 'main') "
-						   "WHERE name = ?2 COLLATE NOCASE AND hidden <> 1", -1, &stmt, NULL) == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 2, zColumn, -1, SQLITE_STATIC);
-		bFound = sqlite3_step(stmt) == SQLITE_ROW;
-	}
-	sqlite3_finalize(stmt);
-	return bFound;
-}
-
-/* Is zColumn a generated column of zTable (table_xinfo's hidden 2 or 3)? */
-static int
-isGeneratedColumn(sqlite3 *db, const char *zTable, const char *zColumn)
-{
-	sqlite3_stmt *stmt = NULL;
-	int			bFound = 0;
-
-	if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_xinfo(?1, 'main') "
-						   "WHERE name = ?2 COLLATE NOCASE AND hidden IN (2, 3)", -1, &stmt,
-						   NULL) == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		sqlite3_bind_text(stmt, 2, zColumn, -1, SQLITE_STATIC);
-		bFound = sqlite3_step(stmt) == SQLITE_ROW;
-	}
-	sqlite3_finalize(stmt);
-	return bFound;
+	return fenceReadInt(db, "SELECT hidden FROM pragma_table_xinfo(?1, 'main') "
+						"WHERE name = ?2 COLLATE NOCASE AND hidden <> 1", zTable, zColumn);
 }
 
 static int
 isStrict(sqlite3 *db, const char *zTable)
 {
-	sqlite3_stmt *stmt = NULL;
-	int			bStrict = 0;
-
-	if (sqlite3_prepare_v2(db, "SELECT strict FROM pragma_table_list WHERE schema = 'main' AND name = ?1",
-						   -1, &stmt, NULL) == SQLITE_OK)
-	{
-		sqlite3_bind_text(stmt, 1, zTable, -1, SQLITE_STATIC);
-		if (sqlite3_step(stmt) == SQLITE_ROW)
-			bStrict = sqlite3_column_int(stmt, 0);
-	}
-	sqlite3_finalize(stmt);
-	return bStrict;
+	return fenceReadInt(db, "SELECT strict FROM pragma_table_list WHERE schema = 'main' "
+						"AND name = ?1", zTable, NULL) == 1;
 }
 
 /* Does the column exist? *pIsRowid: it is the table's INTEGER PRIMARY KEY. */
@@ -196,8 +155,7 @@ lookupColumn(sqlite3_context *ctx, const char *zTable, const char *zColumn,
 {
 	sqlite3    *db = sqlite3_context_db_handle(ctx);
 
-	/* pragma_table_xinfo, unlike the metadata API, knows no implicit "rowid" */
-	if (!isRealColumn(db, zTable, zColumn))
+	if (columnHidden(db, zTable, zColumn) < 0)
 	{
 		resultError(ctx, SQLITE_ERROR,
 					sqlite3_mprintf("fence_protect: no such column: \"%s\".\"%s\"",
@@ -270,7 +228,7 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 			return 0;
 		}
 		/* a BEFORE trigger sees no generated value: NEW.tok would read NULL */
-		if (isGeneratedColumn(db, spec->zTable, spec->zTokenColumn))
+		if (columnHidden(db, spec->zTable, spec->zTokenColumn) >= 2)
 		{
 			resultError(ctx, SQLITE_ERROR,
 						sqlite3_mprintf("fence_protect: token column \"%s\".\"%s\" is "
@@ -299,7 +257,7 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 			return 0;
 		}
 		/* one computed from a rowid not yet assigned would name another resource */
-		if (isGeneratedColumn(db, spec->zTable, spec->zKeyColumn))
+		if (columnHidden(db, spec->zTable, spec->zKeyColumn) >= 2)
 		{
 			resultError(ctx, SQLITE_ERROR,
 						sqlite3_mprintf("fence_protect: key column \"%s\".\"%s\" is generated; "

@@ -5,10 +5,11 @@
  * (fence_guard.c) need it. Each read is one SELECT of a pragma or of
  * sqlite_schema.
  *
- * Provides: fenceIsRowidAlias (is a column the INTEGER PRIMARY KEY?),
- * fenceReplaceReaches (can a REPLACE on a per-row table delete a row of
- * another key?), fenceGuardIdRecorded (does a schema's fence_guards hold a
- * guard id?) and fenceOwnTableShape (is a table of fence's name the one
+ * Provides: fenceReadInt (the one integer a query gives), fenceIsRowidAlias
+ * (is a column the INTEGER PRIMARY KEY?), fenceReplaceReaches (can a
+ * REPLACE on a per-row table delete a row of another key?),
+ * fenceGuardIdRecorded (does a schema's fence_guards hold a guard id?) and
+ * fenceOwnTableShape (is a table of fence's name the one
  * fence makes?). Calls no other file of fence.
  */
 #include "fence_sqlite.h"
@@ -18,8 +19,8 @@
 SQLITE_EXTENSION_INIT3
 
 /* The one integer zSql gives (?1, ?2 bound to the texts), or -1 when it cannot tell. */
-static int
-readInt(sqlite3 *db, const char *zSql, const char *z1, const char *z2)
+int
+fenceReadInt(sqlite3 *db, const char *zSql, const char *z1, const char *z2)
 {
 	sqlite3_stmt *stmt = NULL;
 	int			r = -1;
@@ -53,7 +54,7 @@ fenceIsRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn)
 		return -1;
 	if (!bPk || zDeclType == NULL || sqlite3_stricmp(zDeclType, "INTEGER") != 0)
 		return 0;
-	return readInt(db, "SELECT (SELECT count(*) FROM pragma_table_info(?1, 'main') WHERE pk > 0) "
+	return fenceReadInt(db, "SELECT (SELECT count(*) FROM pragma_table_info(?1, 'main') WHERE pk > 0) "
 				   "= 1 AND NOT EXISTS (SELECT 1 FROM pragma_index_list(?1, 'main') "
 				   "WHERE origin = 'pk')", zTable, NULL);
 }
@@ -68,13 +69,13 @@ fenceIsRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn)
 int
 fenceReplaceReaches(sqlite3 *db, const char *zTable, const char *zKey)
 {
-	int			bWithoutRowid = readInt(db, "SELECT wr FROM pragma_table_list "
+	int			bWithoutRowid = fenceReadInt(db, "SELECT wr FROM pragma_table_list "
 										"WHERE schema = 'main' AND name = ?1", zTable, NULL);
 	int			bOther;
 
 	if (bWithoutRowid < 0 || (bWithoutRowid == 0 && fenceIsRowidAlias(db, zTable, zKey) != 1))
 		return 1;
-	bOther = readInt(db, "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1, 'main') AS l "
+	bOther = fenceReadInt(db, "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1, 'main') AS l "
 					 "WHERE l.\"unique\" AND (SELECT count(*) <> 1 OR max(x.name IS NOT ?2 "
 					 "COLLATE NOCASE OR x.coll IS NOT 'BINARY' COLLATE NOCASE) "
 					 "FROM pragma_index_xinfo(l.name, 'main') AS x WHERE x.key))",

@@ -482,6 +482,7 @@ int			fenceNowMs(sqlite3_int64 *pNow);
 void		fenceStatsFree(FenceConn *conn);
 
 /* fence_schema_read.c */
+int			fenceReadInt(sqlite3 *db, const char *zSql, const char *z1, const char *z2);
 int			fenceIsRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn);
 int			fenceReplaceReaches(sqlite3 *db, const char *zTable, const char *zKey);
 int			fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id,
