@@ -171,11 +171,15 @@ console.log(`# better-sqlite3 ${require('better-sqlite3/package.json').version},
 for (const big of [false, true]) {
 	const kind = big ? 'BigInt tokens (safeIntegers)' : 'JS number tokens (the default)';
 	for (const [name, on, ops, { check, outcome, expected }] of CASES) {
-		const file = fresh();
-		const e = write(file, on, big, ops);
-		const after = committed(file);
-		ok(check(e) && after === expected, `${kind}, ${name}: ${outcome}`,
-			`error: ${e ? `${e.code}: ${e.message}` : 'none'}\ncommitted: ${after}\nexpected:  ${expected}`);
+		try {
+			const file = fresh();
+			const e = write(file, on, big, ops);
+			const after = committed(file);
+			ok(check(e) && after === expected, `${kind}, ${name}: ${outcome}`,
+				`error: ${e ? `${e.code}: ${e.message}` : 'none'}\ncommitted: ${after}\nexpected:  ${expected}`);
+		} catch (e) {
+			ok(false, `${kind}, ${name}: ran to its end`, e.stack);
+		}
 	}
 }
 console.log(`# stacks node better-sqlite3 replace: ${passed} passed, ${failed} failed`);
