@@ -32,5 +32,10 @@ fi
 make -s sqlite_ext/fence.so || exit 1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+status=0
 NODE_PATH=$FENCE_ROOT/$NODE_DIR/node_modules node tests/stacks/better_sqlite3.js \
-	"$FENCE_ROOT/sqlite_ext/fence" "$work"
+	"$FENCE_ROOT/sqlite_ext/fence" "$work" || status=1
+# REPLACE and upserts on a per-row table, recursive_triggers on and off
+NODE_PATH=$FENCE_ROOT/$NODE_DIR/node_modules node tests/stacks/better_sqlite3_replace.js \
+	"$FENCE_ROOT/sqlite_ext/fence" "$work/replace" || status=1
+exit $status
