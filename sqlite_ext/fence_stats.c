@@ -34,6 +34,10 @@
 #include "fence_stats.h"
 
 #include <string.h>
+#include <time.h>
+#ifdef _WIN32
+#define gmtime_r(t, tm) (gmtime_s((tm), (t)) == 0 ? (tm) : NULL)
+#endif
 
 SQLITE_EXTENSION_INIT3
 
@@ -154,35 +158,14 @@ fenceStatsFree(FenceConn *conn)
 static void
 statsFormatTime(sqlite3_int64 ms, char *buf, int nBuf)
 {
-	static const int mdays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-	sqlite3_int64 days = ms / 86400000;
-	int			msOfDay = (int) (ms % 86400000);
-	int			year = 1970;
-	int			month = 0;
+	time_t		t = (time_t) (ms / 1000);
+	struct tm	tm;
 
-	for (;;)
-	{
-		int			leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-		int			len = 365 + leap;
-
-		if (days < len)
-		{
-			for (month = 0; month < 12; month++)
-			{
-				int			m = mdays[month] + (month == 1 && leap);
-
-				if (days < m)
-					break;
-				days -= m;
-			}
-			break;
-		}
-		days -= len;
-		year++;
-	}
-	sqlite3_snprintf(nBuf, buf, "%04d-%02d-%02d %02d:%02d:%02d.%03d", year, month + 1,
-					 (int) days + 1, msOfDay / 3600000, msOfDay / 60000 % 60,
-					 msOfDay / 1000 % 60, msOfDay % 1000);
+	if (gmtime_r(&t, &tm) == NULL)
+		memset(&tm, 0, sizeof(tm));
+	sqlite3_snprintf(nBuf, buf, "%04d-%02d-%02d %02d:%02d:%02d.%03d", tm.tm_year + 1900,
+					 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+					 (int) (ms % 1000));
 }
 
 /* ---------------------------------------------------------------------
