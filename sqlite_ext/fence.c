@@ -25,7 +25,7 @@
  *
  * Provides: the SQL functions (fenceCoreFunctions, registered by
  * fence_init.c), and for fence_lease.c fence_check's validation and errors
- * (fenceArgResource, fenceArgToken, fenceResultError). The token table and
+ * (fenceArgText, fenceArgToken, fenceResultError). The token table and
  * the accept rule, with their concurrency contract, are fence_accept.c's.
  *
  * Errors: a stale or missing token is SQLITE_CONSTRAINT_FUNCTION, invalid
@@ -135,11 +135,16 @@ resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
 }
 
-/* A resource argument: TEXT, non-empty, at most FENCE_RESOURCE_MAX bytes. */
+/*
+ * A resource argument (TEXT, non-empty, at most FENCE_RESOURCE_MAX bytes),
+ * or with bHolder a lease holder (at most FENCE_HOLDER_MAX).
+ */
 static int
-argResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
+argText(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn, int bHolder)
 {
+	char		buf[FENCE_MSG_MAX];
 	FenceProblem problem;
+	size_t		len = (size_t) sqlite3_value_bytes(v);
 
 	if (sqlite3_value_type(v) == SQLITE_NULL)
 		problem = FENCE_NULL;
@@ -154,14 +159,14 @@ argResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
 			sqlite3_result_error_nomem(ctx);
 			return 0;
 		}
-		problem = fence_check_resource(*pz, (size_t) *pn);
+		problem = bHolder ? fence_check_holder(*pz, (size_t) *pn) :
+			fence_check_resource(*pz, (size_t) *pn);
 	}
-	if (problem != FENCE_VALID)
-	{
-		resultInvalid(ctx, "resource", problem, (size_t) sqlite3_value_bytes(v), 0);
-		return 0;
-	}
-	return 1;
+	if (problem == FENCE_VALID)
+		return 1;
+	fenceResultError(ctx, bHolder ? fence_msg_invalid_holder(buf, problem, len) :
+					 fence_msg_invalid(buf, "resource", problem, len, 0), FENCE_RC_INVALID);
+	return 0;
 }
 
 /*
@@ -302,7 +307,7 @@ checkOrTry(sqlite3_context *ctx, sqlite3_value **argv, int bTry)
 	int			n = 0;
 	sqlite3_int64 token = 0;
 
-	if (argResource(ctx, argv[0], &z, &n) && argToken(ctx, argv[1], &token))
+	if (argText(ctx, argv[0], &z, &n, 0) && argToken(ctx, argv[1], &token))
 		(void) resultAccept(ctx, z, n, token, bTry);
 }
 
@@ -331,7 +336,7 @@ fenceCurrentFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	int			rc;
 
 	(void) argc;
-	if (!argResource(ctx, argv[0], &z, &n))
+	if (!argText(ctx, argv[0], &z, &n, 0))
 		return;
 	rc = fenceReadHighest(conn, z, n, &has, &highest);
 	if (rc != SQLITE_OK)
@@ -351,7 +356,7 @@ fenceResetFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	int			rc;
 
 	(void) argc;
-	if (!argResource(ctx, argv[0], &z, &n))
+	if (!argText(ctx, argv[0], &z, &n, 0))
 		return;
 	rc = fenceForgetResource(conn, z, n);
 	if (rc != SQLITE_OK)
@@ -608,9 +613,9 @@ fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
  * ------------------------------------------------------------------ */
 
 int
-fenceArgResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
+fenceArgText(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn, int bHolder)
 {
-	return argResource(ctx, v, pz, pn);
+	return argText(ctx, v, pz, pn, bHolder);
 }
 
 int

@@ -344,35 +344,6 @@ leaseCanSavepoint(sqlite3 *db)
 	return 1;
 }
 
-/* A holder argument: TEXT, non-empty, at most FENCE_HOLDER_MAX bytes. */
-static int
-argHolder(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
-{
-	char		buf[FENCE_MSG_MAX];
-	FenceProblem problem;
-
-	if (sqlite3_value_type(v) == SQLITE_NULL)
-		problem = FENCE_NULL;
-	else if (sqlite3_value_type(v) != SQLITE_TEXT)
-		problem = FENCE_NOT_TEXT;
-	else
-	{
-		*pz = (const char *) sqlite3_value_text(v);
-		*pn = sqlite3_value_bytes(v);
-		if (*pz == NULL)
-		{
-			sqlite3_result_error_nomem(ctx);
-			return 0;
-		}
-		problem = fence_check_holder(*pz, (size_t) *pn);
-	}
-	if (problem == FENCE_VALID)
-		return 1;
-	fenceResultError(ctx, fence_msg_invalid_holder(buf, problem, (size_t) sqlite3_value_bytes(v)),
-					 FENCE_RC_INVALID);
-	return 0;
-}
-
 /* A ttl argument: an integer (fenceValueInt64), 1..2^31-1. */
 static int
 argTtl(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pTtl)
@@ -403,7 +374,7 @@ leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 	memset(&c, 0, sizeof(c));
 	c.op = op;
 	/* every argument is checked before anything is read or written */
-	if (!fenceArgResource(ctx, argv[0], &c.z, &c.n) || !argHolder(ctx, argv[1], &c.h, &c.nh))
+	if (!fenceArgText(ctx, argv[0], &c.z, &c.n, 0) || !fenceArgText(ctx, argv[1], &c.h, &c.nh, 1))
 		return;
 	if (op != LEASE_ACQUIRE && !fenceArgToken(ctx, argv[2], &c.token))
 		return;

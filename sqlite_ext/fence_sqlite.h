@@ -429,7 +429,8 @@ typedef struct FenceFunction
 /* fence.c: its SQL functions, in the order they are registered; their count */
 int			fenceCoreFunctions(const FenceFunction **pa);
 /* fence.c, for fence_lease.c: fence_check's validation and errors */
-int			fenceArgResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn);
+int			fenceArgText(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn,
+						 int bHolder);
 int			fenceArgToken(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pToken);
 void		fenceResultError(sqlite3_context *ctx, const char *zMsg, int rc);
 
