@@ -7,7 +7,7 @@
  * accepts, and the accept path every SQL function and guard of fence.c
  * comes down to.
  *
- * Provides: fenceAccept, fenceReadHighest, fenceForgetResource,
+ * Provides: fenceAccept, fenceReadHighest, fenceForgetResource, fenceOuterWriter,
  * fenceUndoOnError, fenceUndoForget, fenceTakeSavedError,
  * fenceFinalizeStatements. Calls fence_cache.c, fence_held.c and
  * never fence.c or fence_guard.c.
@@ -376,8 +376,8 @@ runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
  * ------------------------------------------------------------------ */
 
 /* The writing statement of the application that is running us, or NULL. */
-static sqlite3_stmt *
-outerWriter(FenceConn *conn)
+sqlite3_stmt *
+fenceOuterWriter(FenceConn *conn)
 {
 	sqlite3_stmt *p;
 
@@ -487,7 +487,7 @@ fenceUndoOnError(FenceConn *conn)
 	if (conn->undo.pStmt == NULL || conn->undo.bUndoing)
 		return;
 	conn->undo.bUndoing = 1;
-	outer = outerWriter(conn);
+	outer = fenceOuterWriter(conn);
 	if (outer == conn->undo.pStmt &&
 		sqlite3_stmt_status(outer, SQLITE_STMTSTATUS_RUN, 0) == conn->undo.run &&
 		sqlite3_total_changes64(conn->db) == conn->undo.changes)
@@ -607,7 +607,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 	 * undoes its writes of fence_tokens and tells fence_held to truncate.
 	 * Finding the outer statement walks every statement of the connection.
 	 */
-	outer = conn->txn.bEnlisted && !conn->bInGuard ? outerWriter(conn) : NULL;
+	outer = conn->txn.bEnlisted && !conn->bInGuard ? fenceOuterWriter(conn) : NULL;
 	if (outer)
 		undoFor(conn, outer);
 

@@ -49,7 +49,8 @@
  *
  * Provides: fenceAcquireFunc, fenceRenewFunc, fenceReleaseFunc,
  * fenceLeaseFinalize; FenceLeases (fence_sqlite.h). Calls fence.c for
- * argument checks and errors, fence_stats.c for the clock (fenceNowMs).
+ * argument checks and errors, fence_accept.c for the running writer
+ * (fenceOuterWriter), fence_stats.c for the clock (fenceNowMs).
  */
 #include "fence_sqlite.h"
 
@@ -329,21 +330,6 @@ fenceLeaseFinalize(FenceConn *conn)
 	conn->lease.pDb = NULL;
 }
 
-/*
- * May the call open a savepoint? Not while a writing statement runs (SQLite
- * refuses one then: "SQL statements in progress").
- */
-static int
-leaseCanSavepoint(sqlite3 *db)
-{
-	sqlite3_stmt *p;
-
-	for (p = sqlite3_next_stmt(db, NULL); p; p = sqlite3_next_stmt(db, p))
-		if (sqlite3_stmt_busy(p) && !sqlite3_stmt_readonly(p))
-			return 0;
-	return 1;
-}
-
 /* A ttl argument: an integer (fenceValueInt64), 1..2^31-1. */
 static int
 argTtl(sqlite3_context *ctx, sqlite3_value *v, sqlite3_int64 *pTtl)
@@ -381,7 +367,8 @@ leaseCall(sqlite3_context *ctx, sqlite3_value **argv, enum LeaseOp op)
 	if (op != LEASE_RELEASE && !argTtl(ctx, argv[op == LEASE_ACQUIRE ? 2 : 3], &c.ttl))
 		return;
 
-	if (!leaseCanSavepoint(db))
+	/* SQLite opens no savepoint while a writing statement runs */
+	if (fenceOuterWriter(conn) != NULL)
 	{
 		sqlite3_snprintf((int) sizeof(c.zErr), c.zErr,
 						 "%s refused inside a writing statement: call it in a SELECT of its own",

@@ -100,6 +100,7 @@ int			fenceReadHighest(struct FenceConn *conn, const char *z, int n, int *pHas,
 							 sqlite3_int64 *pHighest);
 int			fenceForgetResource(struct FenceConn *conn, const char *z, int n);
 void		fenceUndoOnError(struct FenceConn *conn);
+sqlite3_stmt *fenceOuterWriter(struct FenceConn *conn);	/* a writing statement runs us */
 void		fenceUndoForget(struct FenceConn *conn);
 void		fenceTakeSavedError(struct FenceConn *conn, int rc, char *buf);
 void		fenceFinalizeStatements(struct FenceConn *conn);
