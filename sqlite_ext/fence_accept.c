@@ -518,25 +518,6 @@ fenceUndoOnError(FenceConn *conn)
  * ------------------------------------------------------------------ */
 
 /*
- * Is a database other than main and temp attached? Then an accept must hold
- * main's write lock whatever the token: an attached database has a pager
- * of its own, and a write through it starts on the newest snapshot, so the
- * snapshot main's read pinned would not stop the transaction from
- * committing a write after a newer token committed (WAL). SQLite lets ATTACH
- * run inside a transaction too, after its accepts: a commit that then wrote
- * an attached database with main only read-locked is refused
- * (unpinnedAttachedWrite, fence_held.c). sqlite3_db_name is 3.39's; before
- * it, assume there is.
- */
-static int
-otherSchemaAttached(sqlite3 *db)
-{
-	if (sqlite3_libversion_number() < 3039000)
-		return 1;
-	return sqlite3_db_name(db, 2) != NULL;
-}
-
-/*
  * The accept rule applied in this connection's transaction. On return with
  * SQLITE_OK, *pStale says whether the token was rejected, and *pHighest is
  * the highest it lost to. An accepted token is held by the transaction.
@@ -565,7 +546,14 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 		fence_held_get(&conn->txn.held, z, (size_t) n) == token)
 		return SQLITE_OK;
 
-	rc = fenceHeldEnlist(conn, !conn->txn.bEnlisted && otherSchemaAttached(conn->db));
+	/*
+	 * With another database attached an accept takes main's write lock
+	 * whatever the token: an attached database has a pager of its own, and
+	 * a write through it starts on the newest snapshot, which main's read
+	 * would not pin (WAL). An ATTACH inside the transaction, after its
+	 * accepts, is refused at commit (unpinnedAttachedWrite, fence_held.c).
+	 */
+	rc = fenceHeldEnlist(conn, !conn->txn.bEnlisted && sqlite3_db_name(conn->db, 2) != NULL);
 	if (rc == SQLITE_OK && conn->txn.bBroken)
 		rc = FENCE_RC_BROKEN;
 	if (rc == SQLITE_OK && conn->txn.bEnlisted && conn->cache.txn == FENCE_CACHE_TXN_UNKNOWN)

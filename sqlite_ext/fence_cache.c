@@ -87,8 +87,7 @@ dataVersion(FenceConn *conn, unsigned *pVersion)
  * The first accept of an enlisted transaction, with main read-locked: may
  * remembered entries be verdicts in it? Not unless the caller says so
  * (bUsable: its schema check passed and main is not in shared-cache mode),
- * nor with another database attached (sqlite3_db_name is 3.39's: before
- * it, assume there is one). Entries read from here on carry the
+ * nor with another database attached. Entries read from here on carry the
  * generation when it may, 0 (never a verdict) when not.
  */
 void
@@ -100,8 +99,7 @@ fenceCacheTxnBegin(FenceConn *conn, int bUsable, unsigned schemaGen)
 
 	if (c->txn != FENCE_CACHE_TXN_UNKNOWN)
 		return;
-	bOn = bUsable && sqlite3_libversion_number() >= 3039000 &&
-		sqlite3_db_name(conn->db, 2) == NULL;
+	bOn = bUsable && sqlite3_db_name(conn->db, 2) == NULL;
 	if (!(bOn && c->bRecorded && schemaGen == c->schemaGen &&
 		  dataVersion(conn, &version) && version == c->version))
 		fenceCacheForget(conn);

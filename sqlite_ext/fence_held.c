@@ -508,8 +508,7 @@ heldRollbackTo(sqlite3_vtab *pVtab, int iSavepoint)
  * pager of its own, which starts a write on its newest snapshot, so an
  * accept made with one attached takes main's write lock first. But SQLite
  * lets ATTACH run inside a transaction, after its accepts: then the write
- * through the attachment is pinned by nothing. (Before 3.39, which has no
- * sqlite3_db_name, every accept takes main's write lock.)
+ * through the attachment is pinned by nothing.
  */
 static const char *
 unpinnedAttachedWrite(FenceConn *conn)
@@ -517,8 +516,7 @@ unpinnedAttachedWrite(FenceConn *conn)
 	const char *zName;
 	int			i;
 
-	if (conn->txn.held.n_entries == 0 || sqlite3_libversion_number() < 3039000 ||
-		sqlite3_db_name(conn->db, 2) == NULL ||
+	if (conn->txn.held.n_entries == 0 || sqlite3_db_name(conn->db, 2) == NULL ||
 		sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_WRITE)
 		return NULL;
 	for (i = 2; (zName = sqlite3_db_name(conn->db, i)) != NULL; i++)

@@ -238,6 +238,13 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	}
 	if (bLoaded)
 		return SQLITE_OK;		/* the first load's state stays in charge */
+	/* older libraries lack calls fence makes (sqlite3_db_name is 3.39's) */
+	if (sqlite3_libversion_number() < 3040000)
+	{
+		*pzErrMsg = sqlite3_mprintf("fence not loaded: SQLite %s is older than 3.40",
+									sqlite3_libversion());
+		return SQLITE_ERROR;
+	}
 	if ((*pzErrMsg = fenceLocksOff(db)) != NULL)
 		return SQLITE_ERROR;
 
