@@ -109,12 +109,6 @@ resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 		sqlite3_result_error_code(ctx, SQLITE_ERROR);
 		return;
 	}
-	if (rc == FENCE_RC_UNTRUSTED)
-	{
-		sqlite3_result_error(ctx, saved[0] ? saved : "fence: cannot trust main.fence_tokens", -1);
-		sqlite3_result_error_code(ctx, SQLITE_ERROR);
-		return;
-	}
 	if (rc == FENCE_RC_REENTERED)
 	{
 		sqlite3_result_error(ctx, FENCE_REENTERED_MSG, -1);

@@ -201,11 +201,11 @@ readUncommittedRefused(FenceConn *conn, const char *z, int n)
 	sqlite3_finalize(stmt);
 	if (!bOn)
 		return SQLITE_OK;
-	conn->savedRc = FENCE_RC_UNTRUSTED;
+	conn->savedRc = SQLITE_ERROR;
 	sqlite3_snprintf((int) sizeof(conn->zSavedErr), conn->zSavedErr,
 					 "fence refused: read_uncommitted is on in shared cache, so tokens of "
 					 "\"%.*s\" may be uncommitted; set PRAGMA read_uncommitted = 0", n, z);
-	return FENCE_RC_UNTRUSTED;
+	return SQLITE_ERROR;
 }
 
 /*

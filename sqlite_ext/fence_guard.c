@@ -116,7 +116,7 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	if (rc != SQLITE_OK)
 	{
 		/* a fence_guards fence did not make cannot vouch for a guard */
-		refuse(ctx, rc == FENCE_RC_UNTRUSTED ? FENCE_RC_INVALID : rc, zShape);
+		refuse(ctx, rc, zShape);
 		return NULL;
 	}
 	if (sqlite3_table_column_metadata(db, "main", "fence_guards", "id",

@@ -569,7 +569,7 @@ fenceProtectFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 			rc = fenceOwnTableShape(db, "fence_tokens", &zShape);
 		if (rc != SQLITE_OK)
 		{
-			resultError(ctx, rc == FENCE_RC_UNTRUSTED ? FENCE_RC_INVALID : rc, zShape);
+			resultError(ctx, rc, zShape);
 			return;
 		}
 	}

@@ -113,7 +113,7 @@ fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pb
 
 /*
  * Is main.zTable (fence_tokens or fence_guards) the table fence creates?
- * SQLITE_OK when it is, or when there is none yet; FENCE_RC_UNTRUSTED with
+ * SQLITE_OK when it is, or when there is none yet; SQLITE_ERROR with
  * *pzErr (sqlite3_malloc'd) saying what is wrong and how to repair it when
  * another definition holds the name: fence never adopts a table it did not
  * make (a CSV import makes every column TEXT, and a TEXT token compares as
@@ -153,7 +153,7 @@ fenceOwnTableShape(sqlite3 *db, const char *zTable, char **pzErr)
 		rc = SQLITE_OK;
 	else
 	{
-		rc = FENCE_RC_UNTRUSTED;
+		rc = SQLITE_ERROR;
 		*pzErr = sqlite3_mprintf("fence refused: main.%s is not the table fence makes; "
 								 "rename it (docs/sqlite-guarantees.md: a table of that name)",
 								 zTable);

@@ -542,7 +542,6 @@ FENCE_EXPORT int sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 #define FENCE_RC_BROKEN    (-1)
 #define FENCE_RC_REENTERED (-2)
 #define FENCE_RC_SHADOWED  (-3)
-#define FENCE_RC_UNTRUSTED (-4)	/* conn->zSavedErr says what fence cannot trust */
 
 /* Result codes, documented in README.md. */
 #define FENCE_RC_STALE   SQLITE_CONSTRAINT_FUNCTION
