@@ -96,26 +96,7 @@ resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 	fenceTakeSavedError(conn, rc, saved);
 	fenceUndoOnError(conn);
 	msg = saved[0] ? saved : sqlite3_errmsg(conn->db);
-	if (rc == FENCE_RC_BROKEN)
-	{
-		/* SQLITE_ERROR, not SQLITE_NOMEM: clients drop the message of the latter */
-		sqlite3_result_error(ctx, FENCE_BROKEN_MSG, -1);
-		sqlite3_result_error_code(ctx, SQLITE_ERROR);
-		return;
-	}
-	if (rc == FENCE_RC_SHADOWED)
-	{
-		sqlite3_result_error(ctx, FENCE_SHADOWED_MSG, -1);
-		sqlite3_result_error_code(ctx, SQLITE_ERROR);
-		return;
-	}
-	if (rc == FENCE_RC_REENTERED)
-	{
-		sqlite3_result_error(ctx, FENCE_REENTERED_MSG, -1);
-		sqlite3_result_error_code(ctx, SQLITE_ERROR);
-		return;
-	}
-	if ((rc & 0xff) == SQLITE_NOMEM)
+	if (rc > 0 && (rc & 0xff) == SQLITE_NOMEM)
 	{
 		sqlite3_result_error_nomem(ctx);
 		return;
@@ -125,6 +106,7 @@ resultDbError(sqlite3_context *ctx, FenceConn *conn, int rc)
 		(sqlite3_errcode(conn->db) == SQLITE_OK || sqlite3_errcode(conn->db) == SQLITE_DONE ||
 		 sqlite3_errcode(conn->db) == SQLITE_ROW))
 		msg = sqlite3_errstr(rc);
+	msg = fenceRcMessage(rc, msg);	/* fence's own refusals: SQLITE_ERROR, never NOMEM */
 	sqlite3_result_error(ctx, msg, -1);
 	sqlite3_result_error_code(ctx, fenceErrorCode(rc));
 }

@@ -59,8 +59,7 @@ refuse(sqlite3_context *ctx, int rc, char *zMsg)
 		sqlite3_result_error_nomem(ctx);
 		return;
 	}
-	/* a table of the application's hides fence's: say that, not "not an error" */
-	sqlite3_result_error(ctx, rc == FENCE_RC_SHADOWED ? FENCE_SHADOWED_MSG : zMsg, -1);
+	sqlite3_result_error(ctx, fenceRcMessage(rc, zMsg), -1);
 	sqlite3_result_error_code(ctx, fenceErrorCode(rc));	/* never a code <= 0 */
 	sqlite3_free(zMsg);
 }

@@ -543,6 +543,14 @@ FENCE_EXPORT int sqlite3_fence_init(sqlite3 *db, char **pzErrMsg,
 #define FENCE_RC_REENTERED (-2)
 #define FENCE_RC_SHADOWED  (-3)
 
+/* The message of fence's own code rc, else zMsg. */
+static inline const char *
+fenceRcMessage(int rc, const char *zMsg)
+{
+	return rc == FENCE_RC_BROKEN ? FENCE_BROKEN_MSG : rc == FENCE_RC_REENTERED ?
+		FENCE_REENTERED_MSG : rc == FENCE_RC_SHADOWED ? FENCE_SHADOWED_MSG : zMsg;
+}
+
 /* Result codes, documented in README.md. */
 #define FENCE_RC_STALE   SQLITE_CONSTRAINT_FUNCTION
 #define FENCE_RC_MISSING SQLITE_CONSTRAINT_FUNCTION
