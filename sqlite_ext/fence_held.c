@@ -43,9 +43,10 @@
  * (fenceHeldRegister, fenceHeldUnregister), fenceHeldConnect,
  * fenceHeldEnlist, fenceHeldCreateEnlist, fenceHeldSet (inline,
  * fence_sqlite.h), fenceHeldBreak, fenceHeldTruncate, fenceConnRetain,
- * fenceConnRelease, fenceSqliteAllocator, and the change detector
- * (FENCE_CHANGES_GEN, a macro in fence_sqlite.h, fenceChangesRun,
- * fenceChangesBump; "What changed" below). It owns FenceConn.txn (what the
+ * fenceConnRelease, fenceSqliteAllocator, the scan fence_stats shares
+ * (fenceCursorOpen, fenceCursorClose, fenceCursorEof, fenceCursorRowid),
+ * and the change detector (FENCE_CHANGES_GEN, a macro in fence_sqlite.h,
+ * fenceChangesRun, fenceChangesBump; "What changed" below). It owns FenceConn.txn (what the
  * transaction holds), FenceConn.enlist and FenceConn.changes, and is their
  * one writer. Calls no other file of sqlite_ext: what the files above must
  * hear of a transaction's end goes through FenceConn.pHooks (fence_init.c).
@@ -144,12 +145,6 @@ typedef struct HeldVtab
 	FenceConn  *conn;
 } HeldVtab;
 
-typedef struct HeldCursor
-{
-	sqlite3_vtab_cursor base;
-	int			i;				/* current entry of the log */
-	int			nEnd;			/* log length when the scan began */
-} HeldCursor;
 
 static int
 heldConnect(sqlite3 *db, void *pAux, int argc, const char *const *argv,
@@ -249,10 +244,14 @@ heldBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 	return SQLITE_OK;
 }
 
-static int
-heldOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
+/*
+ * A scan of fence_held or fence_stats (FenceCursor, fence_sqlite.h): entry
+ * i of a list that held nEnd entries when the scan began.
+ */
+int
+fenceCursorOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
 {
-	HeldCursor *cur = sqlite3_malloc(sizeof(*cur));
+	FenceCursor *cur = sqlite3_malloc(sizeof(*cur));
 
 	(void) pVtab;
 	if (cur == NULL)
@@ -262,10 +261,23 @@ heldOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
 	return SQLITE_OK;
 }
 
-static int
-heldClose(sqlite3_vtab_cursor *cur)
+int
+fenceCursorClose(sqlite3_vtab_cursor *cur)
 {
 	sqlite3_free(cur);
+	return SQLITE_OK;
+}
+
+int
+fenceCursorEof(sqlite3_vtab_cursor *pCur)
+{
+	return ((FenceCursor *) pCur)->i >= ((FenceCursor *) pCur)->nEnd;
+}
+
+int
+fenceCursorRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
+{
+	*pRowid = ((FenceCursor *) pCur)->i;
 	return SQLITE_OK;
 }
 
@@ -277,7 +289,7 @@ cursorHeld(sqlite3_vtab_cursor *cur)
 
 /* Skip entries shadowed by a newer one and those no longer held. */
 static void
-cursorSettle(HeldCursor *cur)
+cursorSettle(FenceCursor *cur)
 {
 	FenceHeld  *held = cursorHeld(&cur->base);
 
@@ -295,7 +307,7 @@ static int
 heldFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
 		   int argc, sqlite3_value **argv)
 {
-	HeldCursor *cur = (HeldCursor *) pCur;
+	FenceCursor *cur = (FenceCursor *) pCur;
 
 	(void) idxNum;
 	(void) idxStr;
@@ -310,7 +322,7 @@ heldFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
 static int
 heldNext(sqlite3_vtab_cursor *pCur)
 {
-	HeldCursor *cur = (HeldCursor *) pCur;
+	FenceCursor *cur = (FenceCursor *) pCur;
 
 	cur->i++;
 	cursorSettle(cur);
@@ -318,27 +330,14 @@ heldNext(sqlite3_vtab_cursor *pCur)
 }
 
 static int
-heldEof(sqlite3_vtab_cursor *pCur)
-{
-	return ((HeldCursor *) pCur)->i >= ((HeldCursor *) pCur)->nEnd;
-}
-
-static int
 heldColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
 {
-	FenceHeldEntry *e = &cursorHeld(pCur)->entries[((HeldCursor *) pCur)->i];
+	FenceHeldEntry *e = &cursorHeld(pCur)->entries[((FenceCursor *) pCur)->i];
 
 	if (col == 0)
 		sqlite3_result_text(ctx, e->resource, (int) e->len, SQLITE_TRANSIENT);
 	else
 		sqlite3_result_int64(ctx, e->token);
-	return SQLITE_OK;
-}
-
-static int
-heldRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
-{
-	*pRowid = ((HeldCursor *) pCur)->i;
 	return SQLITE_OK;
 }
 
@@ -557,13 +556,13 @@ static const sqlite3_module heldModule = {
 	heldBestIndex,
 	heldDisconnect,
 	NULL,						/* xDestroy */
-	heldOpen,
-	heldClose,
+	fenceCursorOpen,
+	fenceCursorClose,
 	heldFilter,
 	heldNext,
-	heldEof,
+	fenceCursorEof,
 	heldColumn,
-	heldRowid,
+	fenceCursorRowid,
 	heldUpdate,
 	NULL, NULL, NULL, NULL,		/* never joins a transaction */
 	NULL, NULL, NULL, NULL, NULL, NULL
@@ -581,13 +580,13 @@ static const sqlite3_module heldModule = {
 	heldBestIndex, \
 	txnDisconnect, \
 	xDestroy_, \
-	heldOpen, \
-	heldClose, \
+	fenceCursorOpen, \
+	fenceCursorClose, \
 	heldFilter, \
 	heldNext, \
-	heldEof, \
+	fenceCursorEof, \
 	heldColumn, \
-	heldRowid, \
+	fenceCursorRowid, \
 	heldUpdate, \
 	heldBegin, \
 	heldSync, \

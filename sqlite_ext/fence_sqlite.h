@@ -364,6 +364,18 @@ fenceHeldSet(FenceConn *conn, const char *z, int n, sqlite3_int64 token)
 	return fence_held_set(&conn->txn.held, z, (size_t) n, token, 0);
 }
 
+/* A scan of one of fence's virtual tables (fence_held.c) */
+typedef struct FenceCursor
+{
+	sqlite3_vtab_cursor base;
+	int			i;				/* the current entry */
+	int			nEnd;			/* entries when the scan began */
+} FenceCursor;
+int			fenceCursorOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor);
+int			fenceCursorClose(sqlite3_vtab_cursor *cur);
+int			fenceCursorEof(sqlite3_vtab_cursor *cur);
+int			fenceCursorRowid(sqlite3_vtab_cursor *cur, sqlite_int64 *pRowid);
+
 /* fence_held.c */
 int			fenceHeldRegister(sqlite3 *db, FenceConn *conn);
 void		fenceConnRelease(FenceConn *conn);

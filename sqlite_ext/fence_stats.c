@@ -178,12 +178,6 @@ typedef struct StatsVtab
 	FenceConn  *conn;
 } StatsVtab;
 
-typedef struct StatsCursor
-{
-	sqlite3_vtab_cursor base;
-	int			i;
-	int			nEnd;			/* entries when the scan began */
-} StatsCursor;
 
 static FenceConn *
 statsConn(sqlite3_vtab_cursor *cur)
@@ -235,29 +229,9 @@ statsBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 	return SQLITE_OK;
 }
 
-static int
-statsOpen(sqlite3_vtab *pVtab, sqlite3_vtab_cursor **ppCursor)
-{
-	StatsCursor *cur = sqlite3_malloc(sizeof(*cur));
-
-	(void) pVtab;
-	if (cur == NULL)
-		return SQLITE_NOMEM;
-	memset(cur, 0, sizeof(*cur));
-	*ppCursor = &cur->base;
-	return SQLITE_OK;
-}
-
-static int
-statsClose(sqlite3_vtab_cursor *cur)
-{
-	sqlite3_free(cur);
-	return SQLITE_OK;
-}
-
 /* Skip resources with neither an accept nor a rejection (a failed call's slot). */
 static void
-statsSettle(StatsCursor *cur)
+statsSettle(FenceCursor *cur)
 {
 	struct FenceStats *s = statsConn(&cur->base)->pStats;
 
@@ -270,7 +244,7 @@ static int
 statsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
 			int argc, sqlite3_value **argv)
 {
-	StatsCursor *cur = (StatsCursor *) pCur;
+	FenceCursor *cur = (FenceCursor *) pCur;
 	struct FenceStats *s = statsConn(pCur)->pStats;
 
 	(void) idxNum;
@@ -289,7 +263,7 @@ statsFilter(sqlite3_vtab_cursor *pCur, int idxNum, const char *idxStr,
 static int
 statsNext(sqlite3_vtab_cursor *pCur)
 {
-	StatsCursor *cur = (StatsCursor *) pCur;
+	FenceCursor *cur = (FenceCursor *) pCur;
 
 	cur->i++;
 	statsSettle(cur);
@@ -297,15 +271,9 @@ statsNext(sqlite3_vtab_cursor *pCur)
 }
 
 static int
-statsEof(sqlite3_vtab_cursor *pCur)
-{
-	return ((StatsCursor *) pCur)->i >= ((StatsCursor *) pCur)->nEnd;
-}
-
-static int
 statsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
 {
-	FenceStatEntry *e = &statsConn(pCur)->pStats->a[((StatsCursor *) pCur)->i];
+	FenceStatEntry *e = &statsConn(pCur)->pStats->a[((FenceCursor *) pCur)->i];
 	char		buf[40];
 
 	switch (col)
@@ -335,13 +303,6 @@ statsColumn(sqlite3_vtab_cursor *pCur, sqlite3_context *ctx, int col)
 	return SQLITE_OK;
 }
 
-static int
-statsRowid(sqlite3_vtab_cursor *pCur, sqlite_int64 *pRowid)
-{
-	*pRowid = ((StatsCursor *) pCur)->i;
-	return SQLITE_OK;
-}
-
 static const sqlite3_module statsModule = {
 	1,							/* iVersion */
 	NULL,						/* xCreate: eponymous only */
@@ -349,13 +310,13 @@ static const sqlite3_module statsModule = {
 	statsBestIndex,
 	statsDisconnect,
 	NULL,						/* xDestroy */
-	statsOpen,
-	statsClose,
+	fenceCursorOpen,
+	fenceCursorClose,
 	statsFilter,
 	statsNext,
-	statsEof,
+	fenceCursorEof,
 	statsColumn,
-	statsRowid,
+	fenceCursorRowid,
 	NULL,						/* xUpdate: read-only */
 	NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 };
