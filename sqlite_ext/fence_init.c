@@ -8,21 +8,22 @@
  *
  * Provides: sqlite3_fence_init, the one symbol fence.so exports.
  *
- * Layers, each file calling only those below it:
+ * Floors: a file calls only files on lower floors, never one on its own
+ * (`farm-studio look sqlite_ext` draws the same):
  *
- *   fence_init.c         entry point, registration, hooks
- *   fence_protect.c      fence_protect, fence_unprotect
- *   fence_lease.c        fence_acquire, fence_renew, fence_release
- *   fence.c              fence_check, fence_try, fence_current, fence_reset,
- *                        the guard functions
- *   fence_accept.c       fence_tokens and the accept path
- *   fence_guard.c        admission of a guard call
- *   fence_cache.c        what a connection remembers of fence_tokens
- *   fence_held.c         the transaction's fences: fence_held, fence_txn,
- *                        fence_join
- *   fence_stats.c        fence_stats
- *   fence_schema_read.c  reads of the schema
- *   fence_sqlite.h       the shared state (FenceConn) and declarations
+ *   6  fence_init.c         entry point, registration, hooks
+ *   5  fence_lease.c        fence_acquire, fence_renew, fence_release
+ *   4  fence.c              fence_check, fence_try, fence_current,
+ *                           fence_reset, the guard functions
+ *   3  fence_accept.c       fence_tokens and the accept path
+ *      fence_guard.c        admission of a guard call
+ *      fence_protect.c      fence_protect, fence_unprotect
+ *      fence_stats.c        fence_stats
+ *   2  fence_held.c         the transaction's fences (fence_held, fence_txn,
+ *                           fence_join), the change detector
+ *      fence_cache.c        what a connection remembers of fence_tokens
+ *      fence_schema_read.c  reads of the schema
+ *   1  fence_sqlite.h       the shared state (FenceConn) and declarations
  */
 #include "fence_sqlite.h"
 
