@@ -30,6 +30,7 @@ const TTL_MS = 500;
 function openFenced(file) {
 	const db = new Database(file, { timeout: 5000 });   // busy timeout, ms
 	db.loadExtension(FENCE);
+	db.pragma('recursive_triggers = ON');                 // per-row tables
 	return db;
 }
 

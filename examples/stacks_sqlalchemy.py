@@ -60,6 +60,7 @@ def fenced_engine(url):
         dbapi_con.enable_load_extension(True)
         dbapi_con.load_extension(FENCE)
         dbapi_con.enable_load_extension(False)
+        dbapi_con.execute("PRAGMA recursive_triggers = ON")   # per-row tables
 
     @event.listens_for(engine, "begin")
     def _begin(conn):
