@@ -61,6 +61,7 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stacklib  # noqa: E402
 from stacklib import EXTENSION, Report, committed, error, load, scratch  # noqa: E402
 
 import sqlalchemy  # noqa: E402
@@ -193,40 +194,13 @@ def open_autocommit(flag):
     return opener
 
 
-class Emulated312:
-    """stacklib.Autocommit312's behaviour (a BEGIN always open, again after
-    every commit and rollback), built here without its recursive_triggers."""
-
-    def __init__(self, path):
-        self.conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
-        load_only(self.conn)
-        self.conn.execute("BEGIN")
-
-    def execute(self, sql, params=()):
-        return self.conn.execute(sql, params)
-
-    def commit(self):
-        self.conn.execute("COMMIT")
-        self.conn.execute("BEGIN")
-
-    def rollback(self):
-        self.conn.execute("ROLLBACK")
-        self.conn.execute("BEGIN")
-
-    def close(self):
-        self.conn.execute("ROLLBACK")
-        self.conn.close()
-
-
 def open_emulated(path):
-    c = Emulated312(path)
+    c = stacklib.Autocommit312(path, recursive=False)
     return c, lambda: None, c.commit, c.rollback
 
 
 def load_only(conn):
-    conn.enable_load_extension(True)
-    conn.load_extension(EXTENSION)
-    conn.enable_load_extension(False)
+    stacklib.load(conn, recursive=False)
 
 
 class Alchemy:

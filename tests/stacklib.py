@@ -34,21 +34,24 @@ def scratch(name):
     return tempfile.mkdtemp(prefix=name + ".", dir=_base[0])
 
 
-def load(conn):
-    """Load fence, and turn recursive_triggers on, as docs/sqlite-guarantees.md
-    asks of a connection that writes a per-row table a REPLACE can reach
-    across keys (a TEXT key in a rowid table, or another UNIQUE index)."""
+def load(conn, recursive=True):
+    """Load fence, and turn recursive_triggers on (unless told not to), as
+    docs/sqlite-guarantees.md asks of a connection that writes a per-row
+    table a REPLACE can reach across keys (a TEXT key in a rowid table, or
+    another UNIQUE index)."""
     conn.enable_load_extension(True)
     conn.load_extension(EXTENSION)
     conn.enable_load_extension(False)
-    conn.execute("PRAGMA recursive_triggers=ON")
+    if recursive:
+        conn.execute("PRAGMA recursive_triggers=ON")
     return conn
 
 
-def connect(path, **kw):
-    """A connection with fence loaded; keyword arguments go to sqlite3.connect."""
+def connect(path, recursive=True, **kw):
+    """A connection with fence loaded; other keyword arguments go to
+    sqlite3.connect."""
     kw.setdefault("timeout", 5.0)
-    return load(sqlite3.connect(path, **kw))
+    return load(sqlite3.connect(path, **kw), recursive)
 
 
 def committed(path, sql):
