@@ -3,8 +3,9 @@
  *
  * Runtime attacks on the SQLite extension that need a C host: allocation
  * failures injected at every allocation of a scripted workload, loading the
- * extension twice (also while allocations fail), and sqlite3_close_v2()
- * with statements still open. Built and run under ASan and UBSan by make
+ * extension twice (also while allocations fail), sqlite3_close_v2() with
+ * statements still open, and loading it into a library that says it is
+ * older than 3.40. Built and run under ASan and UBSan by make
  * check, so a use-after-free or a leak fails the run as surely as a broken
  * invariant does.
  *
@@ -21,7 +22,10 @@
  * went below its starting value.
  */
 #include <sqlite3.h>
+#define SQLITE_CORE 1			/* sqlite3_api_routines, without the API macros */
+#include <sqlite3ext.h>
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -811,6 +815,66 @@ testCloseV2(void)
 	sqlite3_close(db);
 }
 
+/*
+ * An SQLite older than 3.40 (the README's floor) lacks calls fence makes:
+ * fence must refuse to load, registering nothing. The library here is
+ * newer, so fence's entry point is handed SQLite's own API table (caught
+ * from an auto-extension) with the version calls answering 3.39.4.
+ */
+static sqlite3_api_routines realApi;
+static int	apiCaught;
+
+static int
+catchApi(sqlite3 *db, char **pzErr, const sqlite3_api_routines *pApi)
+{
+	(void) db;
+	(void) pzErr;
+	realApi = *pApi;
+	apiCaught = 1;
+	return SQLITE_OK;
+}
+
+static int
+olderVersionNumber(void)
+{
+	return 3039004;
+}
+
+static const char *
+olderVersion(void)
+{
+	return "3.39.4";
+}
+
+static void
+testOlderLibrary(void)
+{
+	typedef int (*InitFn) (sqlite3 *, char **, const sqlite3_api_routines *);
+	void	   *lib = dlopen(extensionPath, RTLD_NOW);
+	InitFn		init = lib ? (InitFn) dlsym(lib, "sqlite3_fence_init") : NULL;
+	sqlite3_api_routines older;
+	sqlite3    *db = NULL;
+	char	   *err = NULL;
+	int			rc = -1;
+
+	sqlite3_auto_extension((void (*) (void)) catchApi);
+	sqlite3_open(":memory:", &db);
+	sqlite3_cancel_auto_extension((void (*) (void)) catchApi);
+	older = realApi;
+	older.libversion_number = olderVersionNumber;
+	older.libversion = olderVersion;
+	if (init && apiCaught)
+		rc = init(db, &err, &older);
+	report(rc == SQLITE_ERROR && err && strstr(err, "older than 3.40") &&
+		   sqlite3_exec(db, "SELECT fence_check('r', 1)", NULL, NULL, NULL) != SQLITE_OK,
+		   "on an SQLite older than 3.40 fence refuses to load and registers nothing",
+		   err ? err : dlerror());
+	sqlite3_free(err);
+	sqlite3_close(db);
+	if (lib)
+		dlclose(lib);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -819,7 +883,7 @@ main(int argc, char **argv)
 
 	if (argc < 3)
 	{
-		fprintf(stderr, "usage: %s EXTENSION DIR [oom|leaseoom|twice|closev2]\n", argv[0]);
+		fprintf(stderr, "usage: %s EXTENSION DIR [oom|leaseoom|older|twice|closev2]\n", argv[0]);
 		return 2;
 	}
 	extensionPath = argv[1];
@@ -829,6 +893,8 @@ main(int argc, char **argv)
 	installAllocator();
 	sqlite3_initialize();
 
+	if (!only || strcmp(only, "older") == 0)
+		testOlderLibrary();
 	if (!only || strcmp(only, "twice") == 0)
 		testLoadTwice();
 	if (!only || strcmp(only, "closev2") == 0)
