@@ -25,8 +25,9 @@
  *
  * Provides: the SQL functions (fenceCoreFunctions, registered by
  * fence_init.c), and for fence_lease.c fence_check's validation and errors
- * (fenceArgResource, fenceArgToken, fenceResultError). The token table and
- * the accept rule, with their concurrency contract, are fence_accept.c's.
+ * (fenceArgResource, fenceArgToken, fenceResultError). A per-row resource is
+ * core's fence_key_resource. The token table and the accept rule, with
+ * their concurrency contract, are fence_accept.c's.
  *
  * Errors: a stale or missing token is SQLITE_CONSTRAINT_FUNCTION, invalid
  * input SQLITE_ERROR (not SQLITE_MISMATCH: Python maps that to
@@ -165,9 +166,9 @@ argResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
 }
 
 /*
- * A per-row resource: the prefix followed by the key as CAST(key AS TEXT),
- * which is what sqlite3_value_text() gives. buf has FENCE_RESOURCE_MAX + 1
- * bytes.
+ * A per-row resource (fence_key_resource): the prefix followed by the key as
+ * CAST(key AS TEXT), which is what sqlite3_value_text() gives. buf has
+ * FENCE_RESOURCE_MAX + 1 bytes.
  */
 static int
 argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
@@ -175,8 +176,7 @@ argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
 {
 	const char *zPrefix;
 	const char *zKey;
-	int			nPrefix;
-	int			nKey;
+	size_t		len;
 	FenceProblem problem;
 
 	if (sqlite3_value_type(prefix) != SQLITE_TEXT)
@@ -191,25 +191,21 @@ argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
 		return 0;
 	}
 	zPrefix = (const char *) sqlite3_value_text(prefix);
-	nPrefix = sqlite3_value_bytes(prefix);
 	zKey = (const char *) sqlite3_value_text(key);
-	nKey = sqlite3_value_bytes(key);
 	if (zPrefix == NULL || zKey == NULL)
 	{
 		sqlite3_result_error_nomem(ctx);
 		return 0;
 	}
-	problem = fence_check_resource(zPrefix, (size_t) nPrefix + (size_t) nKey);
+	problem = fence_key_resource(buf, zPrefix, (size_t) sqlite3_value_bytes(prefix),
+								 zKey, (size_t) sqlite3_value_bytes(key), &len);
 	if (problem != FENCE_VALID)
 	{
-		resultInvalid(ctx, "resource", problem, (size_t) nPrefix + (size_t) nKey, 0);
+		resultInvalid(ctx, "resource", problem, len, 0);
 		return 0;
 	}
-	memcpy(buf, zPrefix, (size_t) nPrefix);
-	memcpy(buf + nPrefix, zKey, (size_t) nKey);
-	buf[nPrefix + nKey] = '\0';
 	*pz = buf;
-	*pn = nPrefix + nKey;
+	*pn = (int) len;
 	return 1;
 }
 
