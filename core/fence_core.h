@@ -186,16 +186,17 @@ typedef struct FenceRowRule
 static inline FenceRowRule
 fence_row_rule(FenceRowOp op, int has_token, int token_set)
 {
-	FenceRowRule rule = {FENCE_ROW_SKIP, FENCE_ROW_SKIP};
+	/* [op][does the write present a token?] = {old row, new row} */
+	static const FenceRowRule rules[3][2] = {
+		[FENCE_ROW_INSERT] = {{FENCE_ROW_SKIP, FENCE_ROW_FENCED},
+							  {FENCE_ROW_SKIP, FENCE_ROW_PRESENT}},
+		[FENCE_ROW_UPDATE] = {{FENCE_ROW_FENCED, FENCE_ROW_FENCED},
+							  {FENCE_ROW_PRESENT, FENCE_ROW_PRESENT}},
+		[FENCE_ROW_DELETE] = {{FENCE_ROW_FENCED, FENCE_ROW_SKIP},
+							  {FENCE_ROW_FENCED, FENCE_ROW_SKIP}},
+	};
 
-	if (op == FENCE_ROW_INSERT)
-		rule.new_row = has_token ? FENCE_ROW_PRESENT : FENCE_ROW_FENCED;
-	else if (op == FENCE_ROW_UPDATE)
-		rule.old_row = rule.new_row = has_token && token_set ?
-			FENCE_ROW_PRESENT : FENCE_ROW_FENCED;
-	else
-		rule.old_row = FENCE_ROW_FENCED;
-	return rule;
+	return rules[op][has_token && (token_set || op == FENCE_ROW_INSERT)];
 }
 
 /*

@@ -615,57 +615,69 @@ static HeapTuple
 guard_row(GuardSpec *spec, TriggerData *trigdata)
 {
 	Relation	rel = trigdata->tg_relation;
-	bool		insert = TRIGGER_FIRED_BY_INSERT(trigdata->tg_event);
-	/* an INSERT has a new row only, a DELETE an old row only */
-	HeapTuple	oldRow = insert ? NULL : trigdata->tg_trigtuple;
-	HeapTuple	newRow = insert ? trigdata->tg_trigtuple : trigdata->tg_newtuple;
-	FenceRowOp	op = insert ? FENCE_ROW_INSERT :
-		newRow == NULL ? FENCE_ROW_DELETE : FENCE_ROW_UPDATE;
+	/* an INSERT's new row, or an UPDATE's or DELETE's old row */
+	HeapTuple	row = trigdata->tg_trigtuple;
 	bool		hasToken = spec->tokenAttnum != InvalidAttrNumber;
 	bool		perRow = spec->keyAttnum != InvalidAttrNumber;
 	/* the table's one resource has its lock hash computed once */
 	const uint64 *hash = perRow ? NULL : &spec->resourceHash;
-	size_t		oldLen = 0;
-	const char *oldResource = oldRow ? row_resource(spec, rel, oldRow, &oldLen) : NULL;
-	size_t		newLen = oldLen;
-	const char *newResource = oldResource;
-	bool		tokenSet = op == FENCE_ROW_UPDATE && hasToken &&
-		bms_is_member(spec->tokenAttnum - FirstLowInvalidHeapAttributeNumber,
-					  trigdata->tg_updatedcols);
+	size_t		len;
+	char	   *resource = row_resource(spec, rel, row, &len);
 	FenceRowRule rule;
-	int64		token = 0;
 
-	if (newRow && (!oldRow || (perRow && !same_key(spec, rel, oldRow, newRow))))
-		newResource = row_resource(spec, rel, newRow, &newLen);
-
-	/*
-	 * MERGE reports the SET columns of all its UPDATE actions, not of the
-	 * one that matched (fence_executor.c): there, a token column that kept
-	 * its value may not have been set at all, and checking the old row's
-	 * token would let a zombie write under the current highest. It counts
-	 * as not set, so the transaction must be fenced.
-	 */
-	if (tokenSet && fence_executor_maybe_merge(rel))
+	if (!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
 	{
-		bool		oldNull;
-		bool		newNull;
-		Datum		oldTok = row_attr(oldRow, spec->tokenAttnum, rel, &oldNull);
-		Datum		newTok = row_attr(newRow, spec->tokenAttnum, rel, &newNull);
+		bool		insert = TRIGGER_FIRED_BY_INSERT(trigdata->tg_event);
+		FenceRowCheck check;
 
-		if (!oldNull && !newNull &&
-			datumIsEqual(oldTok, newTok, true, get_typlen(spec->tokenType)))
-			tokenSet = false;
+		rule = fence_row_rule(insert ? FENCE_ROW_INSERT : FENCE_ROW_DELETE, hasToken, false);
+		check = insert ? rule.new_row : rule.old_row;
+		check_row(rel, check, resource, len, hash, check == FENCE_ROW_PRESENT ?
+				  row_token(spec, rel, row, resource, len) : 0);
+		return row;
 	}
 
-	rule = fence_row_rule(op, hasToken, tokenSet);
-	/* an UPDATE's new row under the old row's resource: the same check */
-	if (oldRow && newRow && same_resource(oldResource, oldLen, newResource, newLen))
-		rule.new_row = FENCE_ROW_SKIP;
-	if (rule.old_row == FENCE_ROW_PRESENT || rule.new_row == FENCE_ROW_PRESENT)
-		token = row_token(spec, rel, newRow, newResource, newLen);
-	check_row(rel, rule.old_row, oldResource, oldLen, hash, token);
-	check_row(rel, rule.new_row, newResource, newLen, hash, token);
-	return newRow ? newRow : oldRow;
+	/* UPDATE */
+	{
+		HeapTuple	newRow = trigdata->tg_newtuple;
+		size_t		newLen = len;
+		char	   *newResource = resource;
+		int64		token = 0;
+		bool		tokenSet = hasToken &&
+			bms_is_member(spec->tokenAttnum - FirstLowInvalidHeapAttributeNumber,
+						  trigdata->tg_updatedcols);
+
+		if (perRow && !same_key(spec, rel, row, newRow))
+			newResource = row_resource(spec, rel, newRow, &newLen);
+
+		/*
+		 * MERGE reports the SET columns of all its UPDATE actions, not of the
+		 * one that matched (fence_executor.c): there, a token column that
+		 * kept its value may not have been set at all, and checking the old
+		 * row's token would let a zombie write under the current highest. It
+		 * counts as not set, so the transaction must be fenced.
+		 */
+		if (tokenSet && fence_executor_maybe_merge(rel))
+		{
+			bool		oldNull;
+			bool		newNull;
+			Datum		oldTok = row_attr(row, spec->tokenAttnum, rel, &oldNull);
+			Datum		newTok = row_attr(newRow, spec->tokenAttnum, rel, &newNull);
+
+			if (!oldNull && !newNull &&
+				datumIsEqual(oldTok, newTok, true, get_typlen(spec->tokenType)))
+				tokenSet = false;
+		}
+
+		rule = fence_row_rule(FENCE_ROW_UPDATE, hasToken, tokenSet);
+		if (rule.new_row == FENCE_ROW_PRESENT)
+			token = row_token(spec, rel, newRow, newResource, newLen);
+		check_row(rel, rule.old_row, resource, len, hash, token);
+		/* the new row under the old row's resource: the same check */
+		if (newResource != resource && !same_resource(resource, len, newResource, newLen))
+			check_row(rel, rule.new_row, newResource, newLen, hash, token);
+		return newRow;
+	}
 }
 
 PG_FUNCTION_INFO_V1(fence_guard);
