@@ -25,13 +25,14 @@
  *
  * Provides: the SQL functions (fenceCoreFunctions, registered by
  * fence_init.c), and for fence_lease.c fence_check's validation and errors
- * (fenceArgResource, fenceArgToken, fenceResultError). A per-row resource is
- * core's fence_key_resource. The token table and the accept rule, with
- * their concurrency contract, are fence_accept.c's.
+ * (fenceArgResource, fenceArgToken, fenceResultError). The token table and
+ * the accept rule, with their concurrency contract, are fence_accept.c's.
  *
  * Errors: a stale or missing token is SQLITE_CONSTRAINT_FUNCTION, invalid
  * input SQLITE_ERROR (not SQLITE_MISMATCH: Python maps that to
  * IntegrityError, which must mean "take the lock again").
+ *
+ * A per-row guard's resource is core's fence_key_resource.
  */
 #include "fence_stats.h"
 

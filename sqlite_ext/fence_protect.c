@@ -13,11 +13,12 @@
  *
  * Provides fenceProtectFunc and fenceUnprotectFunc (registered by
  * fence_init.c). Calls fence_schema_read.c (fenceIsRowidAlias,
- * fenceOwnTableShape); each trigger's checks are core's fence_row_rule.
+ * fenceOwnTableShape).
  *
  * The triggers, for table T with token column C (if any) and resource R or
  * prefix P plus key column K, named "fence:G:<kind>" and found again by the
- * table they are ON (a renamed table keeps its guard; its old name is free):
+ * table they are ON (a renamed table keeps its guard; its old name is free),
+ * each checking what core's row rule (fence_row_rule) says:
  *
  *   insert        BEFORE INSERT     the new row's token is checked, or
  *                                   without C the transaction must hold a
