@@ -167,9 +167,8 @@ argResource(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn)
 }
 
 /*
- * A per-row resource (fence_key_resource): the prefix followed by the key as
- * CAST(key AS TEXT), which is what sqlite3_value_text() gives. buf has
- * FENCE_RESOURCE_MAX + 1 bytes.
+ * A per-row resource: the prefix, then CAST(key AS TEXT) (sqlite3_value_text),
+ * composed by fence_key_resource into buf (FENCE_RESOURCE_MAX + 1 bytes).
  */
 static int
 argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,

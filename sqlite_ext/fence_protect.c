@@ -342,15 +342,14 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 }
 
 /*
- * zSql (freed; NULL when out of memory) followed, after an AND if it is not
- * empty, by the guard call that makes check on row zRow ("OLD", "NEW"): one
- * IS NOT NULL test (a call returns the token or 1, or raises). Its arguments
- * name the row's resource: G alone (the guard's one resource is the one
- * main.fence_guards records for G), or G, 'P', ROW."K"; FENCE_ROW_PRESENT
- * adds zToken, NEW's token. An INSERT's key that is the INTEGER PRIMARY KEY
- * reads -1 in a BEFORE trigger when SQLite is to assign it: passed as NULL,
- * which the guard refuses as it refuses every NULL key (a key SQLite assigns
- * later cannot name the resource the writer holds).
+ * zSql (freed; NULL when out of memory), then (after an AND) the guard call
+ * that makes check on row zRow ("OLD", "NEW"): an IS NOT NULL test (a call
+ * returns the token or 1, or raises). Its arguments name the row's resource:
+ * G alone (the guard's one resource is the one main.fence_guards records for
+ * G), or G, 'P', ROW."K"; FENCE_ROW_PRESENT adds zToken, NEW's token. An
+ * INSERT's key that is the INTEGER PRIMARY KEY reads -1 in a BEFORE trigger
+ * when SQLite is to assign it: passed as NULL, which the guard refuses as
+ * every NULL key (one SQLite assigns later cannot name the resource held).
  */
 static char *
 guardCall(const ProtectSpec *spec, char *zSql, FenceRowCheck check, const char *zRow,
