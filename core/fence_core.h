@@ -2,7 +2,9 @@
  * fence_core.h
  *
  * The engine-neutral rules of fence: what a valid resource and token are,
- * when a token is accepted, and the wording of every message. Both the SQLite
+ * when a token is accepted, a row's resource (fence_key_resource) and what
+ * a write of a protected table checks (fence_row_rule), the resource hash
+ * and counts, the lease rules, and the wording of every message. Both the SQLite
  * extension (sqlite_ext/) and the PostgreSQL extension (pg_ext/) compile
  * core/fence_core.c, so the two engines judge and speak alike. Nothing here
  * knows about either engine: plain C, testable on its own under ASan.
@@ -12,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A resource is non-empty text of at most this many bytes. */
 #define FENCE_RESOURCE_MAX 1024
@@ -110,6 +113,91 @@ fence_counts_add(FenceCounts *to, const FenceCounts *from)
 /* Validation of already-typed values (types are the engine's business). */
 FenceProblem fence_check_resource(const char *resource, size_t len);
 FenceProblem fence_check_token(int64_t token);
+
+/* ---------------------------------------------------------------------
+ * Protected tables (SPEC.md "Protected tables", "Precise points"): the
+ * resource of a row, and which of a write's row images the guard checks
+ * and how. Each engine reads the rows its own way and asks these.
+ * ------------------------------------------------------------------ */
+
+/*
+ * A per-row resource: the prefix followed by the key as text, the engine's
+ * own way (CAST(key AS TEXT) in SQLite, key::text in PostgreSQL). *len is
+ * the sum of the lengths, also when it is invalid (for the message). A valid
+ * one is written NUL-terminated into buf, which has room for
+ * FENCE_RESOURCE_MAX + 1 bytes, or *len + 1 if that is less; an invalid one
+ * writes nothing. A NULL key names no resource: the caller refuses it first
+ * ("key", FENCE_NULL). Inline: a guard composes one for every row.
+ */
+static inline FenceProblem
+fence_key_resource(char *buf, const char *prefix, size_t prefix_len,
+				   const char *key, size_t key_len, size_t *len)
+{
+	FenceProblem problem;
+
+	*len = prefix_len + key_len;
+	problem = fence_check_resource(prefix, *len);
+	if (problem == FENCE_VALID)
+	{
+		memcpy(buf, prefix, prefix_len);
+		memcpy(buf + prefix_len, key, key_len);
+		buf[*len] = '\0';
+	}
+	return problem;
+}
+
+/* A row write, as a BEFORE ROW guard sees it. */
+typedef enum FenceRowOp
+{
+	FENCE_ROW_INSERT,			/* a new row image only */
+	FENCE_ROW_UPDATE,			/* the old and the new row image */
+	FENCE_ROW_DELETE			/* the old row image only */
+} FenceRowOp;
+
+/* What the guard does with one row image's resource. */
+typedef enum FenceRowCheck
+{
+	FENCE_ROW_SKIP = 0,			/* nothing: the write has no such image */
+	FENCE_ROW_PRESENT,			/* present the new row's token under it */
+	FENCE_ROW_FENCED			/* the transaction must hold a fence on it */
+} FenceRowCheck;
+
+typedef struct FenceRowRule
+{
+	FenceRowCheck old_row;
+	FenceRowCheck new_row;
+} FenceRowRule;
+
+/*
+ * The row rule. has_token: the table has a token column; token_set: the
+ * UPDATE's statement sets it ("SET tok = tok" counts). The token presented
+ * is always the new row's (NULL is "fencing token required"), so
+ *   INSERT                 presents the new row's token under its resource
+ *                          (without a token column: needs a fence on it)
+ *   UPDATE setting token   presents it under the old and the new resource
+ *   any other UPDATE       needs a fence on the old and the new resource
+ *   DELETE                 needs a fence on the old row's resource
+ * An UPDATE's new row under the old row's resource is the same check: an
+ * engine does it once, or twice at no harm (an accepted token is a fence
+ * held, and a second accept of it is equal). A presenting guard may also
+ * run the FENCED checks of an UPDATE that does not set the token after it
+ * (SQLite's update trigger, the SQL edition's fence_guard_row): they hold.
+ */
+static inline FenceRowRule
+fence_row_rule(FenceRowOp op, int has_token, int token_set)
+{
+	/* [op][does the write present a token?] = {old row, new row} */
+	static const FenceRowRule rules[3][2] = {
+		[FENCE_ROW_INSERT] = {{FENCE_ROW_SKIP, FENCE_ROW_FENCED},
+							  {FENCE_ROW_SKIP, FENCE_ROW_PRESENT}},
+		[FENCE_ROW_UPDATE] = {{FENCE_ROW_FENCED, FENCE_ROW_FENCED},
+							  {FENCE_ROW_PRESENT, FENCE_ROW_PRESENT}},
+		[FENCE_ROW_DELETE] = {{FENCE_ROW_FENCED, FENCE_ROW_SKIP},
+							  {FENCE_ROW_FENCED, FENCE_ROW_SKIP}},
+	};
+
+	return rules[op][has_token && (token_set || op == FENCE_ROW_INSERT)];
+}
 
 /*
  * Messages. Each writes a NUL-terminated string of at most FENCE_MSG_MAX

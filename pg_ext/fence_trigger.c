@@ -21,7 +21,9 @@
  * transaction that holds a fence on the row's resource(s). INSERT ... ON
  * CONFLICT DO UPDATE fires the INSERT check and then the UPDATE check, as
  * the SPEC asks. TRUNCATE needs a fence on the table's resource, and is
- * refused for per-row resources.
+ * refused for per-row resources. The row rule is core's fence_row_rule and
+ * a row's resource core's fence_key_resource, shared with SQLite's guard:
+ * this file reads the rows and says whether the statement set the token.
  *
  * Concurrency: the trigger presents tokens through fence_accept(), whose
  * contract is in fence_tokens.c; it adds no lock of its own. It runs BEFORE
@@ -485,7 +487,10 @@ row_attr(HeapTuple row, AttrNumber attnum, Relation rel, bool *isnull)
 	return fastgetattr(row, attnum, RelationGetDescr(rel), isnull);
 }
 
-/* The row's resource: the fixed one, or the prefix followed by key::text. */
+/*
+ * The row's resource: the fixed one, or the prefix followed by key::text
+ * (fence_key_resource).
+ */
 static char *
 row_resource(GuardSpec *spec, Relation rel, HeapTuple row, size_t *len)
 {
@@ -494,6 +499,7 @@ row_resource(GuardSpec *spec, Relation rel, HeapTuple row, size_t *len)
 	char	   *keyText;
 	size_t		keyLen;
 	char	   *resource;
+	FenceProblem problem;
 
 	if (spec->keyAttnum == InvalidAttrNumber)
 	{
@@ -517,11 +523,11 @@ row_resource(GuardSpec *spec, Relation rel, HeapTuple row, size_t *len)
 			break;
 	}
 	keyLen = strlen(keyText);
-	*len = spec->resourceLen + keyLen;
-	fence_validate_resource(keyText, *len);
-	resource = palloc(*len + 1);
-	memcpy(resource, spec->resource, spec->resourceLen);
-	memcpy(resource + spec->resourceLen, keyText, keyLen + 1);
+	resource = palloc(Min(spec->resourceLen + keyLen, FENCE_RESOURCE_MAX) + 1);
+	problem = fence_key_resource(resource, spec->resource, spec->resourceLen,
+								 keyText, keyLen, len);
+	if (problem != FENCE_VALID)
+		fence_report_invalid("resource", problem, *len, 0);
 	return resource;
 }
 
@@ -594,46 +600,55 @@ same_key(GuardSpec *spec, Relation rel, HeapTuple a, HeapTuple b)
 	return !aNull && !bNull && datumIsEqual(ak, bk, spec->keyByVal, spec->keyLen);
 }
 
+/* One row image's check of the row rule (fence_row_rule) under its resource. */
+static inline void
+check_row(Relation rel, FenceRowCheck check, const char *resource, size_t len,
+		  const uint64 *hash, int64 token)
+{
+	if (check == FENCE_ROW_PRESENT)
+		present_token(rel, resource, len, hash, token);
+	else if (check == FENCE_ROW_FENCED)
+		require_fenced(rel, resource, len);
+}
+
 static HeapTuple
 guard_row(GuardSpec *spec, TriggerData *trigdata)
 {
 	Relation	rel = trigdata->tg_relation;
-	HeapTuple	oldRow = trigdata->tg_trigtuple;
+	/* an INSERT's new row, or an UPDATE's or DELETE's old row */
+	HeapTuple	row = trigdata->tg_trigtuple;
 	bool		hasToken = spec->tokenAttnum != InvalidAttrNumber;
 	bool		perRow = spec->keyAttnum != InvalidAttrNumber;
 	/* the table's one resource has its lock hash computed once */
 	const uint64 *hash = perRow ? NULL : &spec->resourceHash;
-	size_t		oldLen;
-	char	   *oldResource = row_resource(spec, rel, oldRow, &oldLen);
+	size_t		len;
+	char	   *resource = row_resource(spec, rel, row, &len);
+	FenceRowRule rule;
 
-	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+	if (!TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
 	{
-		if (hasToken)
-			present_token(rel, oldResource, oldLen, hash,
-						  row_token(spec, rel, oldRow, oldResource, oldLen));
-		else
-			require_fenced(rel, oldResource, oldLen);
-		return oldRow;
-	}
-	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
-	{
-		require_fenced(rel, oldResource, oldLen);
-		return oldRow;
+		bool		insert = TRIGGER_FIRED_BY_INSERT(trigdata->tg_event);
+		FenceRowCheck check;
+
+		rule = fence_row_rule(insert ? FENCE_ROW_INSERT : FENCE_ROW_DELETE, hasToken, false);
+		check = insert ? rule.new_row : rule.old_row;
+		check_row(rel, check, resource, len, hash, check == FENCE_ROW_PRESENT ?
+				  row_token(spec, rel, row, resource, len) : 0);
+		return row;
 	}
 
 	/* UPDATE */
 	{
 		HeapTuple	newRow = trigdata->tg_newtuple;
-		size_t		newLen = oldLen;
-		char	   *newResource = oldResource;
-		bool		keyChanged;
+		size_t		newLen = len;
+		char	   *newResource = resource;
+		int64		token = 0;
 		bool		tokenSet = hasToken &&
 			bms_is_member(spec->tokenAttnum - FirstLowInvalidHeapAttributeNumber,
 						  trigdata->tg_updatedcols);
 
-		if (perRow && !same_key(spec, rel, oldRow, newRow))
+		if (perRow && !same_key(spec, rel, row, newRow))
 			newResource = row_resource(spec, rel, newRow, &newLen);
-		keyChanged = !same_resource(oldResource, oldLen, newResource, newLen);
 
 		/*
 		 * MERGE reports the SET columns of all its UPDATE actions, not of the
@@ -646,7 +661,7 @@ guard_row(GuardSpec *spec, TriggerData *trigdata)
 		{
 			bool		oldNull;
 			bool		newNull;
-			Datum		oldTok = row_attr(oldRow, spec->tokenAttnum, rel, &oldNull);
+			Datum		oldTok = row_attr(row, spec->tokenAttnum, rel, &oldNull);
 			Datum		newTok = row_attr(newRow, spec->tokenAttnum, rel, &newNull);
 
 			if (!oldNull && !newNull &&
@@ -654,20 +669,13 @@ guard_row(GuardSpec *spec, TriggerData *trigdata)
 				tokenSet = false;
 		}
 
-		if (tokenSet)
-		{
-			int64		token = row_token(spec, rel, newRow, newResource, newLen);
-
-			present_token(rel, oldResource, oldLen, hash, token);
-			if (keyChanged)
-				present_token(rel, newResource, newLen, NULL, token);
-		}
-		else
-		{
-			require_fenced(rel, oldResource, oldLen);
-			if (keyChanged)
-				require_fenced(rel, newResource, newLen);
-		}
+		rule = fence_row_rule(FENCE_ROW_UPDATE, hasToken, tokenSet);
+		if (rule.new_row == FENCE_ROW_PRESENT)
+			token = row_token(spec, rel, newRow, newResource, newLen);
+		check_row(rel, rule.old_row, resource, len, hash, token);
+		/* the new row under the old row's resource: the same check */
+		if (newResource != resource && !same_resource(resource, len, newResource, newLen))
+			check_row(rel, rule.new_row, newResource, newLen, hash, token);
 		return newRow;
 	}
 }

@@ -31,6 +31,8 @@
  * Errors: a stale or missing token is SQLITE_CONSTRAINT_FUNCTION, invalid
  * input SQLITE_ERROR (not SQLITE_MISMATCH: Python maps that to
  * IntegrityError, which must mean "take the lock again").
+ *
+ * A per-row guard's resource is core's fence_key_resource.
  */
 #include "fence_stats.h"
 
@@ -146,9 +148,8 @@ argText(sqlite3_context *ctx, sqlite3_value *v, const char **pz, int *pn, int bH
 }
 
 /*
- * A per-row resource: the prefix followed by the key as CAST(key AS TEXT),
- * which is what sqlite3_value_text() gives. buf has FENCE_RESOURCE_MAX + 1
- * bytes.
+ * A per-row resource: the prefix, then CAST(key AS TEXT) (sqlite3_value_text),
+ * composed by fence_key_resource into buf (FENCE_RESOURCE_MAX + 1 bytes).
  */
 static int
 argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
@@ -156,8 +157,7 @@ argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
 {
 	const char *zPrefix;
 	const char *zKey;
-	int			nPrefix;
-	int			nKey;
+	size_t		len;
 	FenceProblem problem;
 
 	if (sqlite3_value_type(prefix) != SQLITE_TEXT)
@@ -172,25 +172,21 @@ argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
 		return 0;
 	}
 	zPrefix = (const char *) sqlite3_value_text(prefix);
-	nPrefix = sqlite3_value_bytes(prefix);
 	zKey = (const char *) sqlite3_value_text(key);
-	nKey = sqlite3_value_bytes(key);
 	if (zPrefix == NULL || zKey == NULL)
 	{
 		sqlite3_result_error_nomem(ctx);
 		return 0;
 	}
-	problem = fence_check_resource(zPrefix, (size_t) nPrefix + (size_t) nKey);
+	problem = fence_key_resource(buf, zPrefix, (size_t) sqlite3_value_bytes(prefix),
+								 zKey, (size_t) sqlite3_value_bytes(key), &len);
 	if (problem != FENCE_VALID)
 	{
-		resultInvalid(ctx, "resource", problem, (size_t) nPrefix + (size_t) nKey, 0);
+		resultInvalid(ctx, "resource", problem, len, 0);
 		return 0;
 	}
-	memcpy(buf, zPrefix, (size_t) nPrefix);
-	memcpy(buf + nPrefix, zKey, (size_t) nKey);
-	buf[nPrefix + nKey] = '\0';
 	*pz = buf;
-	*pn = nPrefix + nKey;
+	*pn = (int) len;
 	return 1;
 }
 

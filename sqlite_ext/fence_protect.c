@@ -17,7 +17,8 @@
  *
  * The triggers, for table T with token column C (if any) and resource R or
  * prefix P plus key column K, named "fence:G:<kind>" and found again by the
- * table they are ON (a renamed table keeps its guard; its old name is free):
+ * table they are ON (a renamed table keeps its guard; its old name is free),
+ * each checking what core's row rule (fence_row_rule) says:
  *
  *   insert        BEFORE INSERT     the new row's token is checked, or
  *                                   without C the transaction must hold a
@@ -299,50 +300,53 @@ checkColumnTypes(sqlite3_context *ctx, const ProtectSpec *spec)
 }
 
 /*
- * The guard arguments naming the row's resource: G alone (the guard's one
- * resource is the one main.fence_guards records for G), or G, 'P', ROW."K".
- * An INSERT's key that is the INTEGER PRIMARY KEY reads -1 in a BEFORE
- * trigger when SQLite is to assign it: passed as NULL, which the guard
- * refuses as it refuses every NULL key (a key SQLite assigns later cannot
- * name the resource the writer holds).
+ * zSql (freed; NULL when out of memory), then (after an AND) the guard call
+ * that makes check on row zRow ("OLD", "NEW"): an IS NOT NULL test (a call
+ * returns the token or 1, or raises). Its arguments name the row's resource:
+ * G alone (the guard's one resource is the one main.fence_guards records for
+ * G), or G, 'P', ROW."K"; FENCE_ROW_PRESENT adds zToken, NEW's token. An
+ * INSERT's key that is the INTEGER PRIMARY KEY reads -1 in a BEFORE trigger
+ * when SQLite is to assign it: passed as NULL, which the guard refuses as
+ * every NULL key (one SQLite assigns later cannot name the resource held).
  */
 static char *
-resourceArgs(const ProtectSpec *spec, const char *zRow, int bInsert)
+guardCall(const ProtectSpec *spec, char *zSql, FenceRowCheck check, const char *zRow,
+		  FenceRowOp op, const char *zToken)
 {
+	const char *zFunc = check == FENCE_ROW_PRESENT ? "fence_guard_write" : "fence_guard_fenced";
+	char	   *zOut;
+
+	if (zSql == NULL || check == FENCE_ROW_SKIP)
+		return zSql;
+	if (check != FENCE_ROW_PRESENT)
+		zToken = "";
 	if (spec->zKeyColumn == NULL)
-		return sqlite3_mprintf("%lld", (long long) spec->id);
-	return sqlite3_mprintf(bInsert && spec->bKeyIsRowid ? "%lld, %Q, nullif(%s.\"%w\", -1)" :
-						   "%lld, %Q, %s.\"%w\"", (long long) spec->id, spec->zResource,
-						   zRow, spec->zKeyColumn);
+		zOut = sqlite3_mprintf("%s%s%s(%lld%s) IS NOT NULL", zSql, *zSql ? " AND " : "",
+							   zFunc, (long long) spec->id, zToken);
+	else
+		zOut = sqlite3_mprintf(op == FENCE_ROW_INSERT && spec->bKeyIsRowid ?
+							   "%s%s%s(%lld, %Q, nullif(%s.\"%w\", -1)%s) IS NOT NULL" :
+							   "%s%s%s(%lld, %Q, %s.\"%w\"%s) IS NOT NULL",
+							   zSql, *zSql ? " AND " : "", zFunc, (long long) spec->id,
+							   spec->zResource, zRow, spec->zKeyColumn, zToken);
+	sqlite3_free(zSql);
+	return zOut;
 }
 
 /*
- * The condition a trigger's WHEN tests: the guard on OLD, and on NEW if it
- * differs, each having returned a value (a call returns the token or 1, or
- * raises).
+ * The condition a trigger's WHEN tests for a write of kind op: the checks
+ * the row rule (fence_row_rule, core) gives OLD and NEW, NEW's only where
+ * it can name another resource than OLD's.
  */
 static char *
-guardCalls(const ProtectSpec *spec, const char *zFunc, const char *zTail,
-		   int bOld, int bNew)
+guardCalls(const ProtectSpec *spec, FenceRowOp op, int bTokenSet, const char *zToken)
 {
-	char	   *zOld = bOld ? resourceArgs(spec, "OLD", 0) : NULL;
-	char	   *zNew = bNew ? resourceArgs(spec, "NEW", !bOld) : NULL;
-	char	   *zSql = NULL;
+	FenceRowRule rule = fence_row_rule(op, spec->zTokenColumn != NULL, bTokenSet);
+	char	   *zSql = guardCall(spec, sqlite3_mprintf("%s", ""), rule.old_row, "OLD", op, zToken);
 
 	/* one resource for the table: OLD and NEW are the same fence */
-	if (zOld && zNew && spec->zKeyColumn == NULL)
-	{
-		sqlite3_free(zNew);
-		zNew = NULL;
-	}
-	if (zOld && zNew)
-		zSql = sqlite3_mprintf("%s(%s%s) IS NOT NULL AND %s(%s%s) IS NOT NULL",
-							   zFunc, zOld, zTail, zFunc, zNew, zTail);
-	else if (zOld || zNew)
-		zSql = sqlite3_mprintf("%s(%s%s) IS NOT NULL", zFunc, zOld ? zOld : zNew, zTail);
-	sqlite3_free(zOld);
-	sqlite3_free(zNew);
-	return zSql;
+	return guardCall(spec, zSql, rule.old_row && spec->zKeyColumn == NULL ?
+					 FENCE_ROW_SKIP : rule.new_row, "NEW", op, zToken);
 }
 
 /*
@@ -371,14 +375,13 @@ static char *
 protectSql(const ProtectSpec *spec)
 {
 	const char *T = spec->zTable;
-	const char *zWrite = spec->zTokenColumn ? "fence_guard_write" : "fence_guard_fenced";
 	char	   *zTokenTail = spec->zTokenColumn ?
 		sqlite3_mprintf(", NEW.\"%w\"", spec->zTokenColumn) : sqlite3_mprintf("%s", "");
-	char	   *zInsert = zTokenTail ? guardCalls(spec, zWrite, zTokenTail, 0, 1) : NULL;
+	char	   *zInsert = zTokenTail ? guardCalls(spec, FENCE_ROW_INSERT, 0, zTokenTail) : NULL;
 	char	   *zUpdateToken = spec->zTokenColumn && zTokenTail ?
-		guardCalls(spec, "fence_guard_write", zTokenTail, 1, 1) : NULL;
-	char	   *zUpdate = guardCalls(spec, "fence_guard_fenced", "", 1, 1);
-	char	   *zDelete = guardCalls(spec, "fence_guard_fenced", "", 1, 0);
+		guardCalls(spec, FENCE_ROW_UPDATE, 1, zTokenTail) : NULL;
+	char	   *zUpdate = guardCalls(spec, FENCE_ROW_UPDATE, 0, "");
+	char	   *zDelete = guardCalls(spec, FENCE_ROW_DELETE, 0, "");
 	char	   *zTokenTrigger = NULL;
 	char	   *zSql = NULL;
 	long long	G = (long long) spec->id;

@@ -280,6 +280,52 @@ testCounts(void)
 		   "counts without a rejection leave the last one");
 }
 
+/* A row's resource (fence_key_resource) and the row rule, which both engines use */
+static void
+testRows(void)
+{
+	char		buf[FENCE_RESOURCE_MAX + 1];
+	char		big[FENCE_RESOURCE_MAX + 1];
+	size_t		len = 0;
+	FenceRowRule r;
+
+	memset(big, 'k', sizeof(big));
+	memset(buf, '#', sizeof(buf));
+	expect(fence_key_resource(buf, "order-", 6, "42", 2, &len) == FENCE_VALID && len == 8 &&
+		   strcmp(buf, "order-42") == 0, "key resource is prefix then key");
+	expect(fence_key_resource(buf, "", 0, "x", 1, &len) == FENCE_VALID && strcmp(buf, "x") == 0,
+		   "key resource with an empty prefix");
+	memset(buf, '#', sizeof(buf));
+	expect(fence_key_resource(buf, "", 0, "", 0, &len) == FENCE_EMPTY && len == 0 &&
+		   buf[0] == '#', "empty key resource is refused, nothing written");
+	expect(fence_key_resource(buf, "p", 1, big, FENCE_RESOURCE_MAX - 1, &len) == FENCE_VALID &&
+		   len == FENCE_RESOURCE_MAX && buf[FENCE_RESOURCE_MAX] == '\0',
+		   "key resource of exactly the longest length fits the buffer");
+	memset(buf, '#', sizeof(buf));
+	expect(fence_key_resource(buf, "pp", 2, big, FENCE_RESOURCE_MAX - 1, &len) == FENCE_TOO_LONG &&
+		   len == FENCE_RESOURCE_MAX + 1 && buf[0] == '#',
+		   "key resource one byte too long is refused with its length");
+
+	r = fence_row_rule(FENCE_ROW_INSERT, 1, 0);
+	expect(r.old_row == FENCE_ROW_SKIP && r.new_row == FENCE_ROW_PRESENT,
+		   "row rule: INSERT presents the new row's token");
+	r = fence_row_rule(FENCE_ROW_INSERT, 0, 0);
+	expect(r.old_row == FENCE_ROW_SKIP && r.new_row == FENCE_ROW_FENCED,
+		   "row rule: INSERT without a token column needs a fence");
+	r = fence_row_rule(FENCE_ROW_UPDATE, 1, 1);
+	expect(r.old_row == FENCE_ROW_PRESENT && r.new_row == FENCE_ROW_PRESENT,
+		   "row rule: UPDATE setting the token presents it under old and new");
+	r = fence_row_rule(FENCE_ROW_UPDATE, 1, 0);
+	expect(r.old_row == FENCE_ROW_FENCED && r.new_row == FENCE_ROW_FENCED,
+		   "row rule: UPDATE not setting the token needs fences on old and new");
+	r = fence_row_rule(FENCE_ROW_UPDATE, 0, 1);
+	expect(r.old_row == FENCE_ROW_FENCED && r.new_row == FENCE_ROW_FENCED,
+		   "row rule: UPDATE without a token column needs fences");
+	r = fence_row_rule(FENCE_ROW_DELETE, 1, 0);
+	expect(r.old_row == FENCE_ROW_FENCED && r.new_row == FENCE_ROW_SKIP,
+		   "row rule: DELETE needs a fence on the old row");
+}
+
 int
 main(void)
 {
@@ -337,5 +383,6 @@ main(void)
 	testUtf8Cut();
 	testLease();
 	testCounts();
+	testRows();
 	return failures ? 1 : 0;
 }

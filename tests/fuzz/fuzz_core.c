@@ -4,8 +4,8 @@
  * libFuzzer target for the engine-neutral core (core/fence_core.c and
  * core/fence_held.c), which both extensions trust with raw bytes from SQL.
  * Each input is decoded into a sequence of operations: validating resources
- * and tokens, the accept rule, formatting every message, and driving the
- * held-fence log. Every answer is compared with a reference written here in
+ * and tokens, composing a per-row resource, the accept rule, formatting
+ * every message, and driving the held-fence log. Every answer is compared with a reference written here in
  * the plainest possible way, so a wrong answer aborts as surely as a memory
  * error does under ASan and UBSan.
  */
@@ -295,7 +295,7 @@ fuzzMessages(FuzzInput *in)
 static void
 fuzzValidation(FuzzInput *in)
 {
-	switch (in_u8(in) % 3)
+	switch (in_u8(in) % 4)
 	{
 		case 0:
 			{
@@ -333,6 +333,35 @@ fuzzValidation(FuzzInput *in)
 					  has, highest, token, v, want);
 				CHECK(fence_verdict_accepts(v) == (!has || token >= highest),
 					  "fence_verdict_accepts disagrees with the accept rule");
+			}
+			break;
+		case 3:
+			{
+				/* a per-row resource, into a buffer of exactly the room promised */
+				Bytes		p = takeResource(in);
+				Bytes		k = takeResource(in);
+				size_t		total = p.n + k.n;
+				size_t		room = (total < FENCE_RESOURCE_MAX ? total : FENCE_RESOURCE_MAX) + 1;
+				char	   *buf = malloc(room);
+				size_t		len = 0;
+				FenceProblem want = total == 0 ? FENCE_EMPTY :
+					total > FENCE_RESOURCE_MAX ? FENCE_TOO_LONG : FENCE_VALID;
+				FenceProblem got;
+
+				if (buf == NULL)
+					abort();
+				memset(buf, 0xA5, room);
+				got = fence_key_resource(buf, (char *) p.z, p.n, (char *) k.z, k.n, &len);
+				CHECK(got == want && len == total, "fence_key_resource(%zu + %zu) = %d, len %zu",
+					  p.n, k.n, got, len);
+				CHECK(got != FENCE_VALID ||
+					  (memcmp(buf, p.z, p.n) == 0 && memcmp(buf + p.n, k.z, k.n) == 0 &&
+					   buf[total] == '\0'), "fence_key_resource composed the wrong bytes");
+				CHECK(got == FENCE_VALID || (unsigned char) buf[0] == 0xA5,
+					  "fence_key_resource wrote an invalid resource");
+				free(buf);
+				free(p.z);
+				free(k.z);
 			}
 			break;
 	}
