@@ -236,9 +236,13 @@ heldBestIndex(sqlite3_vtab *pVtab, sqlite3_index_info *info)
 	/*
 	 * Planned: a statement that reads one of fence's tables is being
 	 * prepared, such as one that fires a guard trigger, whose body reads
-	 * fence_join (fence_protect.c). Counted for the detector (FENCE_CHANGES_GEN).
+	 * fence_join (fence_protect.c). Counted for the detector
+	 * (FENCE_CHANGES_GEN), and the guard's memo, which answers without
+	 * asking it, forgets: the statement may write through an ATTACH made
+	 * since (tests/sqlite_attacks_guard.py, "in one transaction").
 	 */
 	((HeldVtab *) pVtab)->conn->changes.nPlanned++;
+	fenceGuardMemoForget(((HeldVtab *) pVtab)->conn);
 	info->estimatedCost = 10.0;
 	info->estimatedRows = 10;
 	return SQLITE_OK;
@@ -826,12 +830,14 @@ fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
  * SQLite prepares a statement again before it runs when what it was
  * prepared on changed: main's schema (its cookie, read as the statement
  * starts, moved: DDL by this connection or another, committed or rolled
- * back), TEMP's schema, ATTACH, DETACH, sqlite3_deserialize or a flag
- * pragma (recursive_triggers...), the last four by expiring every
- * statement of the connection. The watched statements, which name main's
- * schema (the probe, the enlisting statements), therefore show any such
- * change as a move of their SQLITE_STMTSTATUS_REPREPARE counts once they
- * run: FenceChanges.gen moves then. The enlisting statement runs at the
+ * back), TEMP's schema, DETACH, sqlite3_deserialize or a flag pragma
+ * (recursive_triggers...), the last four by expiring every statement of
+ * the connection. The watched statements, which name main's schema (the
+ * probe, the enlisting statements), therefore show any such change as a
+ * move of their SQLITE_STMTSTATUS_REPREPARE counts once they run:
+ * FenceChanges.gen moves then. ATTACH expires no statement but its own;
+ * each run also counts the attached databases (tests/sqlite_attacks_guard.py,
+ * "a copy as main wrote through main, then attached the real file"). The enlisting statement runs at the
  * start of every transaction fence takes part in, for free; the probe
  * runs only when that proves nothing:
  *
@@ -842,7 +848,8 @@ fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
  *     plans a read of it (counted below) whenever it prepares the
  *     statement, and it prepares it again, before it runs, after any change
  *     of main's schema (by any connection, committed or rolled back); the
- *     rest expires the probe. (A guard function called from anywhere but
+ *     rest expires the probe, or is an ATTACH, which a statement that
+ *     writes through it was prepared after (next point). (A guard function called from anywhere but
  *     a guard trigger is code written around fence: SPEC.md "Threat
  *     model".)
  *   - a statement that reads fence's tables was prepared since one ran
@@ -850,12 +857,11 @@ fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
  *     inside this transaction, after it enlisted; a guard trigger's
  *     statement prepared before the last run runs on the schema of then,
  *     or SQLite would prepare it again;
- *   - the probe has expired (a flag pragma, TEMP DDL, ATTACH).
+ *   - the probe has expired (a flag pragma, TEMP DDL, DETACH).
  *
- * An attached database's schema is not watched: ATTACH itself expires the
- * probe, so admission checks each attached file once (fence_guard.c); a
- * later change inside that file is outside what fence defends (SPEC.md,
- * "Threat model").
+ * An attached database's schema is not watched: admission checks each
+ * attached file once per generation (fence_guard.c); a later change inside
+ * that file is outside what fence defends (SPEC.md, "Threat model").
  * ------------------------------------------------------------------ */
 
 static const char probeSql[] = "SELECT 1 FROM main.sqlite_schema WHERE 0";
@@ -887,9 +893,13 @@ sawRun(FenceConn *conn)
 	for (i = 0; i < 3; i++)
 		if (a[i] != NULL)
 			n += sqlite3_stmt_status(a[i], SQLITE_STMTSTATUS_REPREPARE, 0);
-	if (n != c->nSum)
+	/* ATTACH expires no statement but itself: count the schemas */
+	for (i = 2; sqlite3_db_name(conn->db, i) != NULL; i++)
+		;
+	if (n != c->nSum || i != c->nDb)
 	{
 		c->nSum = n;
+		c->nDb = i;
 		changed(conn);
 	}
 	c->nBeginSeen = conn->txn.bEnlisted ? conn->enlist.nBegin : conn->enlist.nBegin - 1;

@@ -195,6 +195,7 @@ typedef struct FenceChanges
 	unsigned	gen;			/* never 0 once polled */
 	sqlite3_stmt *pProbe;		/* names main's schema, never returns a row */
 	int			nSum;			/* reprepare counts of pProbe, pEnlist, pEnlistMain then */
+	int			nDb;			/* and the number of schemas (main, temp, attached) */
 	unsigned	nBeginSeen;		/* the transaction a watched statement last ran in */
 	sqlite3_uint64 nPlanned;	/* statements planned that read fence's tables */
 	sqlite3_uint64 nPlannedSeen;	/* nPlanned when a watched statement last ran */

@@ -122,6 +122,37 @@ def attach_attacks():
               attempt(c, "UPDATE app.acct SET v = 96, tok = 2 WHERE k = 'a'"))
     c.close()
 
+    # the same, after a guarded write through main on this connection (its
+    # guard admitted before anything was attached: ATTACH expires no other
+    # statement, so admission must still look at the attached file)
+    single = ("single", "UPDATE single SET v = 2, tok = 7 WHERE id = 1",
+              "UPDATE app.single SET v = 93, tok = 7 WHERE id = 1")
+    for how, (table, write_main, write_app) in (
+            ("", single),
+            (", in one transaction", single),
+            (", attached and detached before", single),
+            ("", ("acct", "UPDATE acct SET v = 2, tok = 5 WHERE k = 'b'",
+                  "UPDATE app.acct SET v = 93, tok = 9 WHERE k = 'a'"))):
+        live = fresh_db()
+        shutil.copy(live, live + ".copy")
+        h = connect(live)      # the new holders: single at 8, acct:a at 20
+        script(h, ["UPDATE single SET tok = 8", "UPDATE acct SET tok = 20 WHERE k = 'a'"])
+        h.close()
+        live_before = committed(live, table)
+        c = connect(live + ".copy")
+        if how == ", attached and detached before":
+            script(c, ["ATTACH '%s' AS app" % live, "DETACH app"])
+        err_main = script(c, (["BEGIN"] if how == ", in one transaction" else []) + [write_main])
+        c.execute("ATTACH ? AS app", (live,))
+        err = script(c, [write_app] + (["COMMIT"] if how == ", in one transaction" else []),
+                     rollback=how == ", in one transaction")
+        c.close()
+        ok(err_main is None, "%s%s: a copy as main: its own guarded write passes" % (table, how),
+           err_main)
+        unchanged(live, table, live_before, "%s%s: a copy as main wrote through main, then attached "
+                  "the real file: a stale write through the attachment is refused" % (table, how),
+                  err)
+
     # the same file under a second schema name
     c = connect(path)
     c.execute("ATTACH ? AS twin", (path,))
