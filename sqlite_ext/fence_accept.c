@@ -312,13 +312,6 @@ readHighestAt(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
 }
 
 static int
-readHighest(FenceConn *conn, const char *z, int n, int bCreate, int *pHas,
-			sqlite3_int64 *pHighest)
-{
-	return readHighestAt(conn, z, n, bCreate, pHas, pHighest, NULL, 0);
-}
-
-static int
 runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
 			 int n, sqlite3_int64 token)
 {
@@ -630,7 +623,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 			highest = token;
 		else
 		{
-			rc = readHighest(conn, z, n, 1, &has, &highest);
+			rc = readHighestAt(conn, z, n, 1, &has, &highest, NULL, 0);
 			if (rc != SQLITE_OK)
 				return rc;
 		}
@@ -654,7 +647,7 @@ fenceAccept(FenceConn *conn, const char *z, int n, sqlite3_int64 token,
 int
 fenceReadHighest(FenceConn *conn, const char *z, int n, int *pHas, sqlite3_int64 *pHighest)
 {
-	return readHighest(conn, z, n, 0, pHas, pHighest);
+	return readHighestAt(conn, z, n, 0, pHas, pHighest, NULL, 0);
 }
 
 /*

@@ -759,9 +759,7 @@ int
 fenceHeldEnlist(FenceConn *conn, int bLockMain)
 {
 	int			rc;
-	int			attempt;
 	sqlite3_stmt **pp;
-
 	unsigned	nBegin = conn->enlist.nBegin;
 
 	if (conn->txn.bEnlisted)
@@ -777,20 +775,16 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 	 */
 	pp = bLockMain || sqlite3_txn_state(conn->db, "main") == SQLITE_TXN_WRITE ?
 		&conn->enlist.pEnlistMain : &conn->enlist.pEnlist;
-	for (attempt = 0;; attempt++)
+	if (*pp == NULL &&
+		(rc = prepareEnlist(conn, pp == &conn->enlist.pEnlistMain, pp)) != SQLITE_OK)
+		return rc;
+	if (sqlite3_step(*pp) != SQLITE_DONE)
 	{
-		if (*pp == NULL &&
-			(rc = prepareEnlist(conn, attempt > 0 || pp == &conn->enlist.pEnlistMain, pp)) != SQLITE_OK)
-			return rc;
-		rc = sqlite3_step(*pp);
-		if (rc == SQLITE_DONE)
-			break;
 		rc = sqlite3_reset(*pp);	/* with the step's message */
-
-		/* temp.fence_enlist was dropped under the cached statement */
-		if (attempt > 0 || (rc != SQLITE_ERROR && rc != SQLITE_SCHEMA))
-			return rc;
-		fenceEnlistForget(conn, pp);
+		/* temp.fence_enlist dropped (docs/trust.md): the next call prepares again */
+		if (rc == SQLITE_ERROR || rc == SQLITE_SCHEMA)
+			fenceEnlistForget(conn, pp);
+		return rc;
 	}
 	sqlite3_reset(*pp);
 
@@ -866,19 +860,13 @@ fenceEnlistForget(FenceConn *conn, sqlite3_stmt **pp)
 
 static const char probeSql[] = "SELECT 1 FROM main.sqlite_schema WHERE 0";
 
-static void
-changed(FenceConn *conn)
+/* Something changed, or may have where the counts cannot show it (a rollback of DDL). */
+void
+fenceChangesBump(FenceConn *conn)
 {
 	if (++conn->changes.gen == 0)
 		conn->changes.gen = 1;
 	fenceGuardMemoForget(conn);
-}
-
-/* Something the counts cannot show may have changed (a rollback of DDL). */
-void
-fenceChangesBump(FenceConn *conn)
-{
-	changed(conn);
 }
 
 /* A watched statement ran: did any of them have to be prepared again? */
@@ -900,7 +888,7 @@ sawRun(FenceConn *conn)
 	{
 		c->nSum = n;
 		c->nDb = i;
-		changed(conn);
+		fenceChangesBump(conn);
 	}
 	c->nBeginSeen = conn->txn.bEnlisted ? conn->enlist.nBegin : conn->enlist.nBegin - 1;
 	c->nPlannedSeen = c->nPlanned;
@@ -935,7 +923,7 @@ fenceChangesRun(FenceConn *conn, int *pRc)
 	if (rc != SQLITE_OK)
 	{
 		*pRc = rc;
-		changed(conn);
+		fenceChangesBump(conn);
 		return c->gen;
 	}
 	sawRun(conn);
