@@ -13,9 +13,10 @@
  *                  ("fence:<id>:insert") and calls. A call is admitted when
  *                  main.fence_guards holds the id with the same resource,
  *                  every trigger of the guard is of this fence's shape
- *                  (FENCE_GUARD_SHAPE), and no attached database also holds
- *                  the id (a copy of the file attached beside it: the
- *                  calling trigger could be the copy's). A table in an
+ *                  (FENCE_GUARD_SHAPE), and no attached database has a
+ *                  trigger of the id (a copy of the file or of its schema
+ *                  attached beside it: the calling trigger could be the
+ *                  copy's). A table in an
  *                  attached file therefore cannot be written through that
  *                  schema name.
  *   the journal    With journal_mode=OFF SQLite cannot undo a failed
@@ -144,8 +145,8 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	if (rc == SQLITE_DONE)
 		refuse(ctx, FENCE_RC_INVALID,
 			   sqlite3_mprintf("fence guard refused: guard %lld is not in main.fence_guards; "
-							   "write the table with its file opened as main, not attached",
-							   (long long) id));
+							   "write the table with its file opened as main, and protect it "
+							   "there if its schema was copied", (long long) id));
 	else if (rc != SQLITE_ROW)
 		refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read main.fence_guards: %s",
 										(long long) id, sqlite3_errmsg(db)));
@@ -186,15 +187,15 @@ admitNew(sqlite3_context *ctx, FenceConn *conn, sqlite3_int64 id,
 	zRes = zOwn;
 	nRes = (int) strlen(zOwn);
 
-	/* a copy of this file attached beside it carries the same id */
+	/* a copy of this file (or of its schema) attached beside it carries the same id */
 	for (i = 2; sqlite3_db_name(db, i) != NULL; i++)
 	{
 		int			bHolds;
 
-		rc = fenceGuardIdRecorded(db, sqlite3_db_name(db, i), id, &bHolds);
+		rc = fenceGuardIdIn(db, sqlite3_db_name(db, i), id, &bHolds);
 		if (rc != SQLITE_OK)
 		{
-			refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read \"%s\".fence_guards: %s",
+			refuse(ctx, rc, sqlite3_mprintf("fence guard %lld: cannot read \"%s\".sqlite_schema: %s",
 											(long long) id, sqlite3_db_name(db, i),
 											sqlite3_errmsg(db)));
 			goto fail;

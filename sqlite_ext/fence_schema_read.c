@@ -8,7 +8,7 @@
  * Provides: fenceReadInt (the one integer a query gives), fenceIsRowidAlias
  * (is a column the INTEGER PRIMARY KEY?), fenceReplaceReaches (can a
  * REPLACE on a per-row table delete a row of another key?),
- * fenceGuardIdRecorded (does a schema's fence_guards hold a guard id?) and
+ * fenceGuardIdIn (does a schema hold a guard's triggers?) and
  * fenceOwnTableShape (is a table of fence's name the one
  * fence makes?). Calls no other file of fence.
  */
@@ -84,29 +84,22 @@ fenceReplaceReaches(sqlite3 *db, const char *zTable, const char *zKey)
 }
 
 /*
- * Does zSchema's fence_guards record guard id? A schema without
- * fence_guards records none. SQLITE_OK or an error.
+ * Does zSchema hold a trigger of guard id ("fence:<id>:...")? A copy of
+ * main's file does, and so does a schema-only clone (the shell's .schema),
+ * which has no fence_guards row. SQLITE_OK or an error.
  */
 int
-fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pbRecorded)
+fenceGuardIdIn(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pbHolds)
 {
 	sqlite3_stmt *stmt = NULL;
-	char	   *zSql;
-	int			rc;
+	char	   *zSql = sqlite3_mprintf("SELECT 1 FROM \"%w\".sqlite_schema WHERE type = 'trigger' "
+									   "AND name GLOB 'fence:%lld:*'", zSchema, (long long) id);
+	int			rc = zSql ? sqlite3_prepare_v2(db, zSql, -1, &stmt, NULL) : SQLITE_NOMEM;
 
-	*pbRecorded = 0;
-	if (sqlite3_table_column_metadata(db, zSchema, "fence_guards", "id",
-									  NULL, NULL, NULL, NULL, NULL) != SQLITE_OK)
-		return SQLITE_OK;
-	zSql = sqlite3_mprintf("SELECT 1 FROM \"%w\".fence_guards WHERE id = %lld", zSchema,
-						   (long long) id);
-	if (zSql == NULL)
-		return SQLITE_NOMEM;
-	rc = sqlite3_prepare_v2(db, zSql, -1, &stmt, NULL);
 	sqlite3_free(zSql);
 	if (rc == SQLITE_OK)
 		rc = sqlite3_step(stmt);
-	*pbRecorded = rc == SQLITE_ROW;
+	*pbHolds = rc == SQLITE_ROW;
 	sqlite3_finalize(stmt);
 	return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }

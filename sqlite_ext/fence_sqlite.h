@@ -500,8 +500,7 @@ void		fenceStatsFree(FenceConn *conn);
 int			fenceReadInt(sqlite3 *db, const char *zSql, const char *z1, const char *z2);
 int			fenceIsRowidAlias(sqlite3 *db, const char *zTable, const char *zColumn);
 int			fenceReplaceReaches(sqlite3 *db, const char *zTable, const char *zKey);
-int			fenceGuardIdRecorded(sqlite3 *db, const char *zSchema, sqlite3_int64 id,
-								 int *pbRecorded);
+int			fenceGuardIdIn(sqlite3 *db, const char *zSchema, sqlite3_int64 id, int *pbHolds);
 
 /* fence_guard.c */
 int			fenceGuardAdmit(sqlite3_context *ctx, FenceConn *conn, sqlite3_value *idArg,

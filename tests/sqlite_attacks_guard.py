@@ -50,6 +50,14 @@ def committed(path, table):
     return rows, tokens
 
 
+def committed_no_tokens(path, table):
+    """The table as a fresh connection without fence sees it."""
+    c = connect(path, load=False)
+    rows = c.execute("SELECT * FROM %s ORDER BY 1" % table).fetchall()
+    c.close()
+    return rows
+
+
 counter = [0]
 
 
@@ -152,6 +160,31 @@ def attach_attacks():
         unchanged(live, table, live_before, "%s%s: a copy as main wrote through main, then attached "
                   "the real file: a stale write through the attachment is refused" % (table, how),
                   err)
+
+    # a schema-only clone (the shell's .schema replayed into a new file): the
+    # guard's triggers without its fence_guards row, attached to the file it
+    # was cloned from; written through ATTACH it would be judged against
+    # main's fence_tokens (and main's table's shape), not its own
+    src = fresh_db()
+    shard = src + ".shard"
+    c = connect(src, load=False)
+    ddl = dict(c.execute("SELECT type, group_concat(sql, ';' || char(10)) FROM sqlite_schema "
+                         "WHERE tbl_name = 'acct' AND sql IS NOT NULL GROUP BY type"))
+    c.close()
+    c = connect(shard, load=False)
+    c.executescript(ddl["table"] + ";\nCREATE UNIQUE INDEX acct_v ON acct(v);\n"
+                    "INSERT INTO acct VALUES ('a', 'ua', 1, 5), ('b', 'ub', 2, 5);\n" +
+                    ddl["trigger"] + ";")
+    c.commit()
+    c.close()
+    shard_before = committed_no_tokens(shard, "acct")
+    c = connect(src)
+    err = script(c, ["ATTACH '%s' AS shard" % shard, "BEGIN", "SELECT fence_check('acct:b', 5)",
+                     "UPDATE shard.acct SET v = 7, tok = 5 WHERE k = 'b'", "COMMIT"], rollback=True)
+    c.close()
+    ok(err is not None and committed_no_tokens(shard, "acct") == shard_before,
+       "a schema-only clone of a protected table, attached: writes through it are refused",
+       "error: %r\nafter: %r" % (err, committed_no_tokens(shard, "acct")))
 
     # the same file under a second schema name
     c = connect(path)
