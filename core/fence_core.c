@@ -235,6 +235,11 @@ fence_msg_invalid(char *buf, const char *what, FenceProblem problem,
 					 "invalid fencing %s: not an integer (text, blobs and inexact REALs are never coerced)",
 					 what);
 			break;
+		case FENCE_NOT_KEY:
+			snprintf(buf, FENCE_MSG_MAX,
+					 "invalid fencing %s: a REAL or BLOB, whose text differs between SQLite "
+					 "versions; store keys as INTEGER or TEXT", what);
+			break;
 		case FENCE_VALID:
 		default:
 			snprintf(buf, FENCE_MSG_MAX, "invalid fencing %s", what);

@@ -45,6 +45,7 @@ typedef enum FenceProblem
 	FENCE_NOT_TEXT,				/* resource of another type (SQLite) */
 	FENCE_NEGATIVE,				/* token below zero */
 	FENCE_NOT_INTEGER,			/* token of another type (SQLite) */
+	FENCE_NOT_KEY,				/* per-row key neither INTEGER nor TEXT (SQLite) */
 	FENCE_OUT_OF_RANGE			/* lease ttl outside 1..FENCE_TTL_MAX */
 } FenceProblem;
 

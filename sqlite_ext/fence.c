@@ -166,9 +166,11 @@ argKeyResource(sqlite3_context *ctx, sqlite3_value *prefix, sqlite3_value *key,
 					  FENCE_NULL : FENCE_NOT_TEXT, 0, 0);
 		return 0;
 	}
-	if (sqlite3_value_type(key) == SQLITE_NULL)
+	/* a REAL's or BLOB's text is not the value's alone (the library, fp_digits, UTF-16) */
+	if (sqlite3_value_type(key) != SQLITE_INTEGER && sqlite3_value_type(key) != SQLITE_TEXT)
 	{
-		resultInvalid(ctx, "key", FENCE_NULL, 0, 0);
+		resultInvalid(ctx, "key", sqlite3_value_type(key) == SQLITE_NULL ? FENCE_NULL :
+					  FENCE_NOT_KEY, 0, 0);
 		return 0;
 	}
 	zPrefix = (const char *) sqlite3_value_text(prefix);
@@ -565,21 +567,6 @@ fenceGuardOldFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 						 "run fence_protect on the table again", -1);
 }
 
-/*
- * fence_loaded(): the connection's FenceConn as an SQLite pointer value of
- * type FENCE_CONN_POINTER. Only C code can make a pointer value of that
- * type, so a function of the same name that an application defines in SQL
- * or returns NULL cannot pass for it. To SQL it reads as NULL.
- */
-
-static void
-fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
-{
-	(void) argc;
-	(void) argv;
-	sqlite3_result_pointer(ctx, sqlite3_user_data(ctx), FENCE_CONN_POINTER, NULL);
-}
-
 /* ---------------------------------------------------------------------
  * What fence_lease.c shares with the functions above
  * ------------------------------------------------------------------ */
@@ -617,8 +604,6 @@ static const FenceFunction coreFunctions[] = {
 	{"fence_guard_ready", 3, FENCE_FROM_TRIGGER, fenceGuardOldFunc},
 	{"fence_guard_write", 3, FENCE_FROM_TRIGGER, fenceGuardOldFunc},
 	{"fence_guard_fenced", 2, FENCE_FROM_TRIGGER, fenceGuardOldFunc},
-	/* last (fence_init.c registers these after its own): says every one is there */
-	{"fence_loaded", 0, FENCE_APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
 };
 
 int

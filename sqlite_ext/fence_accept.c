@@ -334,7 +334,7 @@ runTokenStmt(FenceConn *conn, sqlite3_stmt **pp, const char *sql, const char *z,
 		sqlite3_bind_text(*pp, 1, z, n, SQLITE_STATIC);
 		if (sqlite3_bind_parameter_count(*pp) >= 2)
 			sqlite3_bind_int64(*pp, 2, token);
-		rc = sqlite3_step(*pp);
+		rc = fenceStepToEnd(*pp);
 		if (rc != SQLITE_DONE)
 			saveError(conn, rc);
 		sqlite3_reset(*pp);
@@ -457,7 +457,7 @@ undoOne(FenceConn *conn, const FenceUndo *u)
 		sqlite3_bind_text(stmt, 1, u->resource, u->n, SQLITE_STATIC);
 		sqlite3_bind_int64(stmt, 2, u->token);
 		sqlite3_bind_text(stmt, 3, u->zUpdatedAt, -1, SQLITE_STATIC);
-		rc = sqlite3_step(stmt);
+		rc = fenceStepToEnd(stmt);
 		rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
 	}
 	sqlite3_finalize(stmt);

@@ -778,7 +778,7 @@ fenceHeldEnlist(FenceConn *conn, int bLockMain)
 	if (*pp == NULL &&
 		(rc = prepareEnlist(conn, pp == &conn->enlist.pEnlistMain, pp)) != SQLITE_OK)
 		return rc;
-	if (sqlite3_step(*pp) != SQLITE_DONE)
+	if (fenceStepToEnd(*pp) != SQLITE_DONE)
 	{
 		rc = sqlite3_reset(*pp);	/* with the step's message */
 		/* temp.fence_enlist dropped (docs/trust.md): the next call prepares again */

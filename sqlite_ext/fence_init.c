@@ -87,7 +87,20 @@ static const FenceHooks fenceHooks = {
  * Registration
  * ------------------------------------------------------------------ */
 
-/* fence_init.c's own functions; fence.c's follow (fenceCoreFunctions) */
+/*
+ * fence_loaded(): the connection's FenceConn as an SQLite pointer value of
+ * type FENCE_CONN_POINTER (fenceAlreadyLoaded). Only C code can make a
+ * pointer value of that type; to SQL it reads as NULL.
+ */
+static void
+fenceLoadedFunc(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+	(void) argc;
+	(void) argv;
+	sqlite3_result_pointer(ctx, sqlite3_user_data(ctx), FENCE_CONN_POINTER, NULL);
+}
+
+/* registered after fence.c's (fenceCoreFunctions); fence_loaded last, saying all are there */
 static const FenceFunction initFunctions[] = {
 	{"fence_protect", 3, FENCE_APP_WRITES, fenceProtectFunc},
 	{"fence_protect", 4, FENCE_APP_WRITES, fenceProtectFunc},
@@ -95,20 +108,10 @@ static const FenceFunction initFunctions[] = {
 	{"fence_acquire", 3, FENCE_APP_WRITES, fenceAcquireFunc},
 	{"fence_renew", 4, FENCE_APP_WRITES, fenceRenewFunc},
 	{"fence_release", 3, FENCE_APP_WRITES, fenceReleaseFunc},
+	{"fence_loaded", 0, FENCE_APP_READS | SQLITE_DIRECTONLY, fenceLoadedFunc},
 };
 #define N_INIT_FUNCTIONS ((int) (sizeof(initFunctions) / sizeof(initFunctions[0])))
-
-/* The i-th function to register: fence.c's but its last, ours, then fence_loaded. */
-static const FenceFunction *
-functionAt(const FenceFunction *aCore, int nCore, int i)
-{
-	if (i < nCore - 1)
-		return &aCore[i];
-	if (i < nCore - 1 + N_INIT_FUNCTIONS)
-		return &initFunctions[i - (nCore - 1)];
-	return &aCore[nCore - 1];
-}
-
+#define FUNCTION_AT(i) ((i) < nCore ? &aCore[i] : &initFunctions[(i) - nCore])
 
 /*
  * FenceConn, zeroed, at the start of a cache line: its first two lines hold
@@ -270,7 +273,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 	}
 	for (i = 0; i < N_INIT_FUNCTIONS + nCore; i++)
 	{
-		const FenceFunction *f = functionAt(aCore, nCore, i);
+		const FenceFunction *f = FUNCTION_AT(i);
 
 		rc = sqlite3_create_function_v2(db, f->name, f->nArg, f->flags, conn,
 										f->xFunc, NULL, NULL, NULL);
@@ -301,7 +304,7 @@ sqlite3_fence_init(sqlite3 *db, char **pzErrMsg, const sqlite3_api_routines *pAp
 		 */
 		while (i-- > 0)
 		{
-			const FenceFunction *f = functionAt(aCore, nCore, i);
+			const FenceFunction *f = FUNCTION_AT(i);
 
 			sqlite3_create_function_v2(db, f->name, f->nArg, f->flags, NULL, NULL, NULL, NULL,
 									   NULL);

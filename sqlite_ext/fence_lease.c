@@ -95,8 +95,8 @@ leaseExec(sqlite3 *db, const char *zSql, const LeaseCall *c)
 
 	if (rc == SQLITE_OK && sqlite3_bind_parameter_count(p) > 0)
 		sqlite3_bind_text(p, 1, c->z, c->n, SQLITE_STATIC);
-	while (rc == SQLITE_OK && (rc = sqlite3_step(p)) == SQLITE_ROW)
-		rc = SQLITE_OK;
+	if (rc == SQLITE_OK)
+		rc = fenceStepToEnd(p);
 	sqlite3_finalize(p);
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
@@ -170,7 +170,7 @@ leaseWrite(sqlite3 *db, const LeaseCall *c, sqlite3_int64 token, sqlite3_int64 e
 		sqlite3_bind_text(p, 2, c->h, c->nh, SQLITE_STATIC);
 		sqlite3_bind_int64(p, 3, token);
 		sqlite3_bind_int64(p, 4, expiresAt);
-		rc = sqlite3_step(p);
+		rc = fenceStepToEnd(p);
 	}
 	sqlite3_finalize(p);
 	return rc == SQLITE_DONE ? SQLITE_OK : rc;

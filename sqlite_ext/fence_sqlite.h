@@ -332,6 +332,20 @@ fenceErrorCode(int rc)
 }
 
 /*
+ * Step a statement of fence's own to its end: under PRAGMA count_changes
+ * an INSERT, UPDATE or DELETE first returns a row with its count.
+ */
+static inline int
+fenceStepToEnd(sqlite3_stmt *p)
+{
+	int			rc;
+
+	while ((rc = sqlite3_step(p)) == SQLITE_ROW)
+		;
+	return rc;
+}
+
+/*
  * An integer argument (SPEC "Words"): the INTEGER storage class, or a REAL
  * holding an exact integer of magnitude at most 2^53 (what JavaScript
  * drivers bind a number as), taken as that integer. 0: any other value.
@@ -417,7 +431,7 @@ fenceChangesNone(const FenceConn *conn, int mode)
 void		fenceChangesBump(FenceConn *conn);
 extern const FenceAllocator fenceSqliteAllocator;
 
-/* fence_loaded()'s pointer type: only C code can make such a value (fence.c) */
+/* fence_loaded()'s pointer type: only C code can make such a value (fence_init.c) */
 #define FENCE_CONN_POINTER "fence.FenceConn"
 /* An SQL function and its flags, for sqlite3_create_function_v2 (fence_init.c). */
 typedef struct FenceFunction
