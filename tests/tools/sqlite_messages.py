@@ -138,16 +138,21 @@ def string_macros(sources):
     return macros
 
 
+def string_end(text, i):
+    """The index just past the C string or character literal opening at i."""
+    j = i + 1
+    while j < len(text) and text[j] != text[i]:
+        j += 2 if text[j] == "\\" else 1
+    return j + 1
+
+
 def call_args(src, open_paren):
     """The text between the parenthesis at open_paren and its match."""
     depth, i = 0, open_paren
     while i < len(src):
         c = src[i]
         if c in "\"'":
-            j = i + 1
-            while j < len(src) and src[j] != c:
-                j += 2 if src[j] == "\\" else 1
-            i = j + 1
+            i = string_end(src, i)
             continue
         if c == "(":
             depth += 1
@@ -200,11 +205,9 @@ def split_top(text, sep):
     while i < len(text):
         c = text[i]
         if c in "\"'":
-            j = i + 1
-            while j < len(text) and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            cur.append(text[i:j + 1])
-            i = j + 1
+            j = string_end(text, i)
+            cur.append(text[i:j])
+            i = j
             continue
         if c in "([{":
             depth += 1
