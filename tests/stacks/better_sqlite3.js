@@ -90,6 +90,20 @@ ok(e !== null && /invalid fencing/.test(e.message), 'fence_check with 5.5 is inv
 [e, r] = attempt(() => setup.prepare("SELECT fence_check('num', ?) AS t").get(4).t);
 ok(e !== null && e.code === 'SQLITE_CONSTRAINT_FUNCTION' && /^stale fencing token/.test(e.message),
 	'fence_check with a lower JS number is stale (SQLITE_CONSTRAINT_FUNCTION)', e ? `${e.code}: ${e.message}` : r);
+// a per-row key as a JS number: bound as a REAL, which an INTEGER key column
+// makes 17 before the guard sees it; a fraction stays a REAL, whose text
+// differs between SQLite versions, and is refused as a key
+setup.exec("CREATE TABLE items(n INTEGER PRIMARY KEY, id INTEGER, tok INTEGER); " +
+	"SELECT fence_protect('items', 'tok', 'item:', 'id')");
+const putItem = setup.prepare('INSERT INTO items(id, tok) VALUES (?, ?)');
+[e] = attempt(() => putItem.run(17, 5));
+const [e2] = attempt(() => putItem.run(17.5, 5));
+const items = setup.prepare('SELECT id FROM items').all();
+const keyed = setup.prepare("SELECT resource FROM fence_tokens WHERE resource LIKE 'item:%'").all();
+ok(e === null && e2 !== null && /invalid fencing key/.test(e2.message) &&
+	JSON.stringify(items) === '[{"id":17}]' && JSON.stringify(keyed) === '[{"resource":"item:17"}]',
+	'a JS number key 17 names item:17; 17.5 is refused as a key and nothing of it commits',
+	`${e} ${e2} ${JSON.stringify(items)} ${JSON.stringify(keyed)}`);
 setup.close();
 
 function scenario(big) {
